@@ -1,0 +1,348 @@
+"""What every scheduling algorithm shares: the interface and the placement state.
+
+An algorithm is a :class:`Scheduler` subclass, configured in ``__init__`` and
+run by :meth:`Scheduler.schedule`, registered by name with :func:`register`.
+Most are list schedulers: they repeatedly pick an op and a device and call
+:meth:`PlacementState.place`, which keeps per-device busy intervals (for
+insertion into idle gaps), memory in use, and the devices of colocation groups.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_right, insort
+
+import numpy as np
+
+from ..errors import ClusterError, InfeasibleError, UnknownAlgorithmError
+from ..schedule import Schedule
+
+_REGISTRY: dict[str, type] = {}
+
+
+def register(cls):
+    """Class decorator: make a :class:`Scheduler` available under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} needs a name")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available_algorithms() -> list[str]:
+    """Names of the registered algorithms, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_algorithm(name: str, **options) -> "Scheduler":
+    """A configured instance of the algorithm registered as ``name``.
+
+    Raises
+    ------
+    UnknownAlgorithmError
+        If no algorithm has that name; the message lists the known ones.
+    """
+    try:
+        cls = _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise UnknownAlgorithmError(f"unknown algorithm {name!r}; known algorithms: "
+                                    f"{', '.join(available_algorithms())}") from None
+    return cls(**options)
+
+
+class Scheduler:
+    """Interface of a scheduling algorithm.
+
+    Subclasses set ``name``, take their options as keyword arguments of
+    ``__init__`` (stored as attributes, nothing else), and implement
+    :meth:`_schedule`. :meth:`schedule` adds the search time to ``info``.
+    """
+
+    name = ""
+
+    def __init__(self, **options):
+        if options:
+            raise TypeError(f"{type(self).__name__} got unknown options {sorted(options)}")
+
+    def __repr__(self):
+        params = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        args = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        return f"{type(self).__name__}({args})"
+
+    def schedule(self, graph, cluster) -> Schedule:
+        """Place ``graph`` on ``cluster``; return a timed :class:`Schedule`.
+
+        Raises
+        ------
+        InfeasibleError
+            If the graph cannot fit in the cluster's memory, or an op can run on no device.
+        """
+        t0 = time.perf_counter()
+        result = self._schedule(graph, cluster)
+        result.info.setdefault("search_seconds", time.perf_counter() - t0)
+        result.algorithm = self.name
+        return result
+
+    def _schedule(self, graph, cluster) -> Schedule:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class DeviceTimeline:
+    """Busy intervals of one device, sorted, for insertion-based slot finding."""
+
+    __slots__ = ("starts", "finishes", "ops")
+
+    def __init__(self):
+        self.starts: list[float] = []
+        self.finishes: list[float] = []
+        self.ops: list[int] = []
+
+    @property
+    def free_at(self) -> float:
+        """When the device finishes the last op given to it so far."""
+        return self.finishes[-1] if self.finishes else 0.0
+
+    def earliest_start(self, ready: float, duration: float, insertion: bool = True) -> float:
+        """Earliest start >= ``ready`` of an op lasting ``duration``.
+
+        With ``insertion`` the op may go into an idle gap between ops already
+        placed (HEFT's insertion policy); without, only after the last one.
+        """
+        if not insertion or not self.finishes or ready >= self.finishes[-1]:
+            return max(ready, self.free_at)
+        k = bisect_right(self.finishes, ready)
+        t = ready
+        starts, finishes = self.starts, self.finishes
+        for k in range(k, len(starts)):
+            if t + duration <= starts[k]:
+                return t
+            if finishes[k] > t:
+                t = finishes[k]
+        return t
+
+    def add(self, op: int, start: float, finish: float):
+        k = bisect_right(self.starts, start)
+        # Zero-length ops at the same instant keep their insertion order.
+        while k < len(self.starts) and self.starts[k] == start and self.finishes[k] == start:
+            k += 1
+        self.starts.insert(k, start)
+        self.finishes.insert(k, finish)
+        self.ops.insert(k, op)
+
+
+class PlacementState:
+    """Partial placement built up by a list scheduler.
+
+    Holds the execution-time table, the device, start and finish of placed ops,
+    each device's :class:`DeviceTimeline`, memory in use, and the device chosen
+    for each colocation group. Constraints (runnable device, pinned device,
+    colocation, memory) are enforced by :meth:`candidates`.
+
+    Raises (on construction)
+    ------------------------
+    InfeasibleError
+        If the total memory needed exceeds the cluster's, or an op can run on
+        no device of the cluster.
+    ClusterError
+        If an op is pinned to a device the cluster does not have.
+    """
+
+    def __init__(self, graph, cluster, exec_time=None):
+        self.graph = graph
+        self.cluster = cluster
+        n, m = graph.num_ops, cluster.num_devices
+        self.n, self.m = n, m
+        self.et = graph.exec_times(cluster) if exec_time is None else exec_time
+        self.et_rows = self.et.tolist()
+        self.device = [-1] * n
+        self.start = [0.0] * n
+        self.finish = [0.0] * n
+        self.timelines = [DeviceTimeline() for _ in range(m)]
+        self.latency = cluster.latency.tolist()
+        self.inv_bw = cluster.inv_bandwidth.tolist()
+        self.capacity = cluster.memory.tolist()
+        self.mem_used = [0.0] * m
+        need = graph.memory + graph.transient
+        self.need = need.tolist()
+        groups = graph.colocation
+        self.group = groups.tolist()
+        n_groups = int(groups.max()) + 1 if n and groups.max() >= 0 else 0
+        self.group_need = np.bincount(groups[groups >= 0], weights=need[groups >= 0],
+                                      minlength=n_groups).tolist()
+        self.group_device = [-1] * n_groups
+        self.allowed = self._allowed_devices()
+        # Inputs of each op, as (producer, bytes) pairs.
+        pred_ptr = graph.pred_ptr.tolist()
+        pred_idx = graph.pred_idx.tolist()
+        pred_bytes = graph.bytes[graph.pred_eid].tolist()
+        self.inputs = [list(zip(pred_idx[pred_ptr[i]:pred_ptr[i + 1]],
+                                pred_bytes[pred_ptr[i]:pred_ptr[i + 1]])) for i in range(n)]
+        self._check_memory(need)
+
+    # -- feasibility --------------------------------------------------------------
+    def _allowed_devices(self):
+        """Per op, the devices it may run on ignoring memory (a shared list when all)."""
+        g, c = self.graph, self.cluster
+        finite = np.isfinite(self.et)
+        everywhere = list(range(self.m))
+        allowed = [everywhere] * self.n
+        for i in np.flatnonzero(~finite.all(axis=1)).tolist():
+            devs = np.flatnonzero(finite[i]).tolist()
+            if not devs:
+                raise InfeasibleError(f"op {g.names[i]!r} ({g.op_types[i] or 'unknown type'}) can run "
+                                      f"on no device of the cluster: no cost for types "
+                                      f"{sorted({d.type for d in c.devices})}")
+            allowed[i] = devs
+        for i, dev in g.pinned.items():
+            try:
+                k = c.device_index(dev)
+            except ClusterError:
+                raise ClusterError(f"op {g.names[i]!r} is pinned to {dev!r}, which is not in the "
+                                   f"cluster {list(c.names)}") from None
+            if k not in allowed[i]:
+                raise InfeasibleError(f"op {g.names[i]!r} is pinned to {dev!r}, which cannot run it")
+            allowed[i] = [k]
+        # A colocation group may only use devices every member can run on.
+        if (g.colocation >= 0).any():
+            common: dict[int, set] = {}
+            for i, grp in enumerate(self.group):
+                if grp >= 0 and allowed[i] is not everywhere:
+                    common[grp] = common.get(grp, set(everywhere)) & set(allowed[i])
+            for i, grp in enumerate(self.group):
+                if grp in common:
+                    devs = sorted(common[grp])
+                    if not devs:
+                        raise InfeasibleError(f"op {g.names[i]!r} is colocated with ops that no "
+                                              "single device can run together (pins or kernels)")
+                    allowed[i] = devs
+        return allowed
+
+    def _check_memory(self, need):
+        total, capacity = float(need.sum()), float(self.cluster.memory.sum())
+        if total > capacity:
+            raise InfeasibleError(
+                f"the graph needs {total:.6g} bytes of device memory but the cluster has "
+                f"{capacity:.6g} in all", needed=total, available=capacity)
+        biggest = float(self.cluster.memory.max())
+        for i in range(self.n):
+            g = self.group[i]
+            unit = self.group_need[g] if g >= 0 else self.need[i]
+            if unit > biggest:
+                what = "colocation group of op" if g >= 0 else "op"
+                raise InfeasibleError(
+                    f"the {what} {self.graph.names[i]!r} needs {unit:.6g} bytes but the largest "
+                    f"device has {biggest:.6g}", needed=unit, available=biggest)
+
+    def memory_needed(self, i: int) -> float:
+        """Bytes placing op ``i`` now would reserve (its whole group's on first placement)."""
+        g = self.group[i]
+        if g < 0:
+            return self.need[i]
+        return 0.0 if self.group_device[g] >= 0 else self.group_need[g]
+
+    def candidates(self, i: int) -> list[int]:
+        """Devices op ``i`` may go to now: runnable, pinned or colocated, with memory left.
+
+        Raises
+        ------
+        InfeasibleError
+            If no device has room left (the greedy placement ran out of memory).
+        """
+        g = self.group[i]
+        if g >= 0 and self.group_device[g] >= 0:
+            return [self.group_device[g]]
+        need = self.memory_needed(i)
+        devs = [k for k in self.allowed[i] if self.mem_used[k] + need <= self.capacity[k]]
+        if not devs:
+            free = {self.cluster.names[k]: self.capacity[k] - self.mem_used[k] for k in self.allowed[i]}
+            raise InfeasibleError(
+                f"op {self.graph.names[i]!r} needs {need:.6g} bytes but no device it can run on "
+                f"has that much left (free bytes: {free})", needed=need,
+                available=max(free.values()))
+        return devs
+
+    # -- times ----------------------------------------------------------------------
+    def transfer(self, nbytes: float, src: int, dst: int) -> float:
+        if src == dst:
+            return 0.0
+        return self.latency[src][dst] + nbytes * self.inv_bw[src][dst]
+
+    def ready_time(self, i: int, k: int) -> float:
+        """When every input of op ``i`` (all placed) has arrived on device ``k``."""
+        t = 0.0
+        dev, fin, lat, inv = self.device, self.finish, self.latency, self.inv_bw
+        for p, b in self.inputs[i]:
+            d = dev[p]
+            a = fin[p] if d == k else fin[p] + lat[d][k] + b * inv[d][k]
+            if a > t:
+                t = a
+        return t
+
+    def earliest_start(self, i: int, k: int, insertion: bool = True) -> float:
+        """Earliest start of op ``i`` on device ``k`` given its inputs and the device's gaps."""
+        return self.timelines[k].earliest_start(self.ready_time(i, k), self.et_rows[i][k], insertion)
+
+    def place(self, i: int, k: int, start: float):
+        """Put op ``i`` on device ``k`` from ``start``; reserve its memory."""
+        f = start + self.et_rows[i][k]
+        self.device[i] = k
+        self.start[i] = start
+        self.finish[i] = f
+        self.timelines[k].add(i, start, f)
+        self.mem_used[k] += self.memory_needed(i)
+        g = self.group[i]
+        if g >= 0 and self.group_device[g] < 0:
+            self.group_device[g] = k
+
+    # -- estimates for unplaced ops ----------------------------------------------------
+    def mean_exec_time(self) -> np.ndarray:
+        """Per op, the mean execution time over the devices it may run on (HEFT's estimate)."""
+        et = np.where(np.isfinite(self.et), self.et, np.nan)
+        with np.errstate(all="ignore"):
+            mean = np.nanmean(et, axis=1) if self.n else np.zeros(0)
+        return np.nan_to_num(mean)
+
+    def mean_edge_comm(self) -> np.ndarray:
+        """Per edge, the mean transfer time over distinct device pairs."""
+        return self.cluster.mean_transfer_time(self.graph.bytes)
+
+    def to_schedule(self, algorithm: str, info=None) -> Schedule:
+        order = [tl.ops for tl in self.timelines]
+        return Schedule.from_order(self.graph, self.cluster, self.device, order, algorithm, info,
+                                   exec_time=self.et)
+
+
+def bottom_levels(graph, node_cost, edge_cost) -> np.ndarray:
+    """Longest path from each op to an exit, both ends included.
+
+    ``blevel(i) = node_cost[i] + max over successors j of (edge_cost[e(i,j)] + blevel(j))``
+    (HEFT's upward rank). Arrays are indexed by op and by edge id.
+    """
+    blevel = np.asarray(node_cost, dtype=np.float64).copy()
+    bl = blevel.tolist()
+    sp, si, se = graph.succ_ptr.tolist(), graph.succ_idx.tolist(), graph.succ_eid.tolist()
+    ec = np.asarray(edge_cost, dtype=np.float64).tolist()
+    for i in reversed(graph.topo.tolist()):
+        best = 0.0
+        for p in range(sp[i], sp[i + 1]):
+            v = ec[se[p]] + bl[si[p]]
+            if v > best:
+                best = v
+        bl[i] += best
+    return np.asarray(bl)
+
+
+def top_levels(graph, node_cost, edge_cost) -> np.ndarray:
+    """Longest path from an entry to the start of each op (ALAP-free EST, DCP's AEST)."""
+    tl = [0.0] * graph.num_ops
+    nc = np.asarray(node_cost, dtype=np.float64).tolist()
+    pp, pi, pe = graph.pred_ptr.tolist(), graph.pred_idx.tolist(), graph.pred_eid.tolist()
+    ec = np.asarray(edge_cost, dtype=np.float64).tolist()
+    for i in graph.topo.tolist():
+        best = 0.0
+        for p in range(pp[i], pp[i + 1]):
+            j = pi[p]
+            v = tl[j] + nc[j] + ec[pe[p]]
+            if v > best:
+                best = v
+        tl[i] = best
+    return np.asarray(tl)

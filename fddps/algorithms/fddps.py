@@ -1,0 +1,196 @@
+"""FD-DPS: dynamic-critical-path list scheduling (Mathematics 10(24) 4788, 2022).
+
+The paper's Algorithms 1-3 are images missing from its text; this module follows
+the reconstruction in DESIGN.md and, where the paper is unclear, the algorithm
+it descends from: Kwok & Ahmad's Dynamic Critical Path (DCP), IEEE TPDS 7(5), 1996.
+
+Definitions, for an op ``o`` not yet placed (paper formulas 6-10):
+
+- ``ET(o)``: its mean execution time over the devices it may run on (the
+  estimate HEFT uses; the paper leaves it open). Placed ops use their real time.
+- ``w(p, o)``: the transfer time of the edge; for an edge with an unplaced end,
+  the mean over pairs of distinct devices.
+- ``EST(o) = max over parents p of finish(p) + w(p, o)``: an unplaced op pays
+  the full transfer from every parent.
+- ``blevel(o) = ET(o) + max over children c of (w(o, c) + blevel(c))``.
+- ``DCPL``: the length of the longest path through the partial schedule.
+- ``LST(o) = DCPL - blevel(o)``; slack ``LST - EST``; ``Score = 1 / (slack + eps)``;
+  critical when the slack is 0.
+
+Why a heap suffices (DESIGN.md, "Making it fast"). A list scheduler only picks
+ready ops (every parent placed), and every descendant of a ready op is still
+unplaced, so its ``blevel`` is the static one computed at the start and its
+``EST`` is fixed once its last parent is placed. Its slack is therefore
+``DCPL - (EST + blevel)``: the ready op with the largest ``EST + blevel`` has
+the highest Score, and is critical whenever any ready op is. Sort_Node
+(Algorithm 1: critical ops first, then highest Score; ties by larger
+``blevel``, then topological order) is a pop from a heap keyed on
+``EST + blevel``. DCPL itself is the maximum over the frontier edges ``(p, c)``
+with ``p`` placed and ``c`` not of ``finish(p) + w(p, c) + blevel(c)`` (and over
+unplaced entry ops and placed finishes), kept in a lazy max-heap. Each edge is
+pushed once, so the search is ``O((n + e) log(n + e) + n * devices * indegree)``.
+
+Find_Slot (Algorithm 2). For each device ``v`` that can run ``o`` and has memory
+for it, the earliest start ``s(o, v)`` is the first idle gap after the inputs
+arrive (a parent on ``v`` sends nothing). Formula 11 admits ``v`` when ``o``
+fits there without lengthening the critical path:
+``s(o, v) + ET(o, v) + (blevel(o) - ET(o)) <= DCPL``. Ops go only into idle
+gaps, never pushing a placed op later (HEFT's insertion policy): DCP lets the
+op push its successor up to that successor's LST, which would mean re-timing
+placed ops; gaps keep every placed time final. Among admitted devices, in
+the paper's order of preference:
+
+1. a device that holds a parent of ``o`` (saves a transfer); among several, the
+   earliest finish;
+2. the device where ``o`` and its critical child (the child with the highest
+   Score, i.e. the largest ``w(o, c) + blevel(c)``) can both be done soonest,
+   ``finish(o, v) + ET(c, v)`` (formula 12; with equal start times this is the
+   paper's ``ET(o, v) + ET(c, v)``);
+3. the earliest start (for ops without children).
+
+4. When no device is admitted, the paper takes "the device running the
+   lowest-priority work"; we read this as DCP does: the device where ``o``
+   finishes earliest, which lengthens the critical path least.
+
+Finally, if running everything on the best single device is faster than the
+list schedule (possible when transfers dominate), that schedule is returned.
+Intra-op splitting (the paper's lines 2-6) lives in :mod:`fddps.split` and runs
+before this search when the graph carries split rules.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from ..schedule import Schedule
+from .base import PlacementState, Scheduler, bottom_levels, register
+from .single import best_single_device
+
+
+@register
+class FDDPS(Scheduler):
+    """FD-DPS dynamic-critical-path scheduler.
+
+    Parameters
+    ----------
+    insertion : bool
+        Let ops fill idle gaps between placed ops (default True).
+    lookahead : bool
+        Use the critical-child rule (2) of Find_Slot (default True).
+    prefer_parent : bool
+        Use the parent-device rule (1) of Find_Slot (default True).
+    single_device_guard : bool
+        Return the best single-device schedule when it is faster (default True).
+    """
+
+    name = "fddps"
+
+    def __init__(self, insertion=True, lookahead=True, prefer_parent=True,
+                 single_device_guard=True):
+        self.insertion = insertion
+        self.lookahead = lookahead
+        self.prefer_parent = prefer_parent
+        self.single_device_guard = single_device_guard
+
+    def _schedule(self, graph, cluster) -> Schedule:
+        state = PlacementState(graph, cluster)
+        stats = self._list_schedule(state)
+        result = state.to_schedule(self.name, stats)
+        if self.single_device_guard and cluster.num_devices > 1:
+            k, single_time = best_single_device(state)
+            if k is not None and single_time < result.makespan:
+                device = np.full(graph.num_ops, k, dtype=np.int64)
+                order = [np.zeros(0, dtype=np.int64)] * cluster.num_devices
+                order[k] = graph.topo
+                stats["single_device_fallback"] = True
+                result = Schedule.from_order(graph, cluster, device, order, self.name, stats,
+                                             exec_time=state.et)
+        return result
+
+    def _list_schedule(self, state: PlacementState) -> dict:
+        g = state.graph
+        n = g.num_ops
+        et_est = state.mean_exec_time()
+        comm_est = state.mean_edge_comm()
+        blevel_arr = bottom_levels(g, et_est, comm_est)
+        blevel = blevel_arr.tolist()
+        tail = (blevel_arr - et_est).tolist()  # longest path after the op finishes
+        rank = np.empty(n, dtype=np.int64)
+        rank[g.topo] = np.arange(n)
+        rank = rank.tolist()
+
+        succ_ptr, succ_idx = g.succ_ptr.tolist(), g.succ_idx.tolist()
+        succ_comm = comm_est[g.succ_eid].tolist()
+        # Critical child: the child with the highest Score, i.e. the largest w + blevel.
+        crit_child = [-1] * n
+        for i in range(n):
+            best = -1.0
+            for p in range(succ_ptr[i], succ_ptr[i + 1]):
+                v = succ_comm[p] + blevel[succ_idx[p]]
+                if v > best:
+                    best, crit_child[i] = v, succ_idx[p]
+
+        waiting = np.diff(g.pred_ptr).tolist()  # unplaced parents per op
+        est = [0.0] * n
+        placed = [False] * n
+        ready = []   # (-(EST + blevel), -blevel, rank, op)
+        frontier = []  # (-(path length through a frontier edge), op at its unplaced end)
+        for i in range(n):
+            if waiting[i] == 0:
+                heapq.heappush(ready, (-blevel[i], -blevel[i], rank[i], i))
+                heapq.heappush(frontier, (-blevel[i], i))
+        max_finish = 0.0
+        et_rows, insertion = state.et_rows, self.insertion
+        tol = 1e-9 * (max(blevel) if n else 0.0)
+        critical_picks = 0
+
+        while ready:
+            neg_key, _, _, i = heapq.heappop(ready)
+            while frontier and placed[frontier[0][1]]:
+                heapq.heappop(frontier)
+            dcpl = max(max_finish, -frontier[0][0] if frontier else 0.0)
+            if -neg_key >= dcpl - tol:
+                critical_picks += 1
+
+            # Find_Slot.
+            parents = {state.device[p] for p, _ in state.inputs[i]}
+            best_parent = best_child = best_any = None
+            fallback = None
+            c = crit_child[i] if self.lookahead else -1
+            row = et_rows[i]
+            for k in state.candidates(i):
+                s = state.timelines[k].earliest_start(state.ready_time(i, k), row[k], insertion)
+                f = s + row[k]
+                if fallback is None or f < fallback[0]:
+                    fallback = (f, k, s)
+                if f + tail[i] > dcpl + tol:
+                    continue  # formula 11: would lengthen the critical path
+                if self.prefer_parent and k in parents:
+                    if best_parent is None or f < best_parent[0]:
+                        best_parent = (f, k, s)
+                if c >= 0:
+                    both = f + et_rows[c][k]
+                    if best_child is None or (both, f) < best_child[0]:
+                        best_child = ((both, f), k, s)
+                if best_any is None or (s, f) < best_any[0]:
+                    best_any = ((s, f), k, s)
+            choice = best_parent or best_child or best_any or fallback
+            _, k, s = choice
+
+            state.place(i, k, s)
+            placed[i] = True
+            f = state.finish[i]
+            if f > max_finish:
+                max_finish = f
+            for p in range(succ_ptr[i], succ_ptr[i + 1]):
+                j = succ_idx[p]
+                arrival = f + succ_comm[p]
+                if arrival > est[j]:
+                    est[j] = arrival
+                heapq.heappush(frontier, (-(arrival + blevel[j]), j))
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, (-(est[j] + blevel[j]), -blevel[j], rank[j], j))
+        return {"critical_picks": critical_picks, "dcpl_estimate": float(blevel_arr.max(initial=0.0))}
