@@ -1,0 +1,26 @@
+"""The cost model fddps schedules by: profiled compute, communication and memory.
+
+- :class:`CostModel` (``costmodel.base``): op times per device type, link
+  latency/bandwidth between devices, op memory, device capacity; saved to and
+  loaded from JSON.
+- :func:`default_cost_model`: the built-in analytic model (this machine's CPU
+  for CPU devices, the NVIDIA P100 for GPUs), used when nothing was profiled.
+- :data:`presets`: the named hardware presets (``"p100"``, ``"v100"``,
+  ``"a100"``, ``"h100"``, ``"cpu"``) and link presets (``"pcie3"``,
+  ``"pcie4"``, ``"nvlink"``, ``"10gbe"``, ``"100gbe"``, ``"grpc-loopback"``).
+
+This package never imports TensorFlow; measuring lives in
+``fddps.tf.profiling`` and ``fddps.tf.comm_bench``.
+"""
+
+from .base import (DEFAULT_LINK_RULES, CostModel, OpTimeReport, ProfileCoverageWarning,
+                   default_cost_model, graph_fingerprint)
+from .devices import DeviceName, parse_device
+from .errors import CostModelError, ProfileError, ProfileMismatchError
+from .hardware import (NO_WORK_OPS, TENSOR_CORE_OPS, DevicePreset, LinkPreset, Presets, cpu_preset,
+                       presets)
+
+__all__ = ["CostModel", "default_cost_model", "presets", "Presets", "DevicePreset", "LinkPreset",
+           "cpu_preset", "graph_fingerprint", "OpTimeReport", "ProfileCoverageWarning",
+           "DEFAULT_LINK_RULES", "NO_WORK_OPS", "TENSOR_CORE_OPS", "parse_device", "DeviceName",
+           "CostModelError", "ProfileError", "ProfileMismatchError"]

@@ -1,0 +1,469 @@
+"""Hardware presets: analytic (roofline-style) op times and link figures.
+
+A :class:`DevicePreset` predicts an op's time from its FLOPs and the bytes it
+reads and writes, without running anything::
+
+    time = overhead + max(flops / (peak * compute_efficiency),
+                          bytes / (memory_bandwidth * memory_efficiency))
+
+``peak`` is the FP32 peak, or for the dense ops that TensorFlow runs on tensor
+cores by default (TF32 on Ampere and Hopper: MatMul, Conv2D and their
+gradients) the TF32 peak. Ops that only alias or describe tensors
+(:data:`NO_WORK_OPS`: Identity, Reshape, Shape, Const, ...) cost only the
+overhead. The efficiencies and the overhead are assumptions, documented on each
+preset; :meth:`DevicePreset.calibrate` replaces them with values fitted to a
+profile.
+
+A :class:`LinkPreset` is a latency and a bandwidth: a transfer of ``b`` bytes
+costs ``latency + b / bandwidth``.
+
+The named presets live in :data:`presets` (``costmodel.presets``)::
+
+    >>> from costmodel import presets
+    >>> presets["p100"].peak_flops
+    9300000000000.0
+    >>> presets["pcie3"].bandwidth
+    12000000000.0
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+import pandas as pd
+
+from .errors import CostModelError
+
+GB = 1e9
+GiB = 2.0 ** 30
+
+#: Op types that alias, describe or hold tensors without touching their data:
+#: they cost only the per-op overhead on every device.
+NO_WORK_OPS = frozenset({
+    "NoOp", "Const", "HostConst", "Identity", "IdentityN", "Placeholder", "PlaceholderWithDefault",
+    "VarHandleOp", "VariableV2", "Variable", "ReadVariableOp", "VarIsInitializedOp", "Shape",
+    "ShapeN", "Size", "Rank", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "PreventGradient",
+    "ControlTrigger", "_Arg", "_Retval", "_Send", "_Recv", "_HostSend", "_HostRecv",
+    "BroadcastGradientArgs", "EnsureShape", "CheckNumerics", "Enter", "Exit", "Merge", "Switch",
+    "NextIteration", "LoopCond", "DestroyResourceOp",
+})
+
+#: Dense op types that TensorFlow runs on tensor cores by default on GPUs with
+#: TF32 (``tf.config.experimental.enable_tensor_float_32_execution`` defaults to on).
+TENSOR_CORE_OPS = frozenset({
+    "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv2DBackpropInput",
+    "Conv2DBackpropFilter", "Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+    "_FusedConv2D", "_FusedMatMul", "Einsum",
+})
+
+_REQUIRED_OP_COLUMNS = ("op_type", "flops", "input_bytes", "output_bytes")
+
+
+def op_features(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FLOPs, bytes moved (in + out) and op types of an op table, as arrays.
+
+    Missing values (ops whose shapes are unknown) count as 0.
+
+    Raises
+    ------
+    CostModelError
+        If a required column (``op_type``, ``flops``, ``input_bytes``,
+        ``output_bytes``) is missing; the message names it.
+    """
+    missing = [c for c in _REQUIRED_OP_COLUMNS if c not in ops.columns]
+    if missing:
+        raise CostModelError(f"the op table has no column {missing[0]!r} "
+                             f"(needs {list(_REQUIRED_OP_COLUMNS)}, has {list(ops.columns)})")
+    flops = np.nan_to_num(ops["flops"].to_numpy(dtype=np.float64), nan=0.0, posinf=0.0)
+    moved = (np.nan_to_num(ops["input_bytes"].to_numpy(dtype=np.float64), nan=0.0, posinf=0.0)
+             + np.nan_to_num(ops["output_bytes"].to_numpy(dtype=np.float64), nan=0.0, posinf=0.0))
+    return np.maximum(flops, 0.0), np.maximum(moved, 0.0), ops["op_type"].astype(str).to_numpy()
+
+
+@dataclass(frozen=True)
+class DevicePreset:
+    """Analytic model of one device type.
+
+    Attributes
+    ----------
+    name : str
+        Preset name (``"p100"``).
+    device_type : str
+        TensorFlow device type it models (``"GPU"``, ``"CPU"``).
+    peak_flops : float
+        FP32 FLOP/s.
+    memory_bandwidth : float
+        Bytes/s of device memory.
+    memory : float
+        Capacity in bytes.
+    overhead : float
+        Seconds every op costs however small (executor dispatch, kernel launch).
+    compute_efficiency, memory_efficiency : float
+        Fractions of the peaks ops reach.
+    tensor_flops : float
+        FLOP/s of :data:`TENSOR_CORE_OPS` (TF32 tensor cores); 0: use ``peak_flops``.
+    source : str
+        Where the figures come from.
+    """
+
+    name: str
+    device_type: str
+    peak_flops: float
+    memory_bandwidth: float
+    memory: float
+    overhead: float
+    compute_efficiency: float = 0.6
+    memory_efficiency: float = 0.7
+    tensor_flops: float = 0.0
+    source: str = ""
+
+    def __post_init__(self):
+        for f in ("peak_flops", "memory_bandwidth", "memory", "compute_efficiency",
+                  "memory_efficiency"):
+            v = getattr(self, f)
+            if not (np.isfinite(v) and v > 0):
+                raise CostModelError(f"preset {self.name!r}: {f} must be finite and > 0, got {v!r}")
+        if not (np.isfinite(self.overhead) and self.overhead >= 0):
+            raise CostModelError(f"preset {self.name!r}: overhead must be finite and >= 0")
+        if not (np.isfinite(self.tensor_flops) and self.tensor_flops >= 0):
+            raise CostModelError(f"preset {self.name!r}: tensor_flops must be finite and >= 0")
+
+    def op_times(self, ops: pd.DataFrame) -> np.ndarray:
+        """Roofline time in seconds of every row of ``ops`` on this device.
+
+        Parameters
+        ----------
+        ops : pandas.DataFrame
+            Needs ``op_type``, ``flops``, ``input_bytes``, ``output_bytes``.
+
+        Returns
+        -------
+        numpy.ndarray of float, one finite time per row.
+
+        Examples
+        --------
+        >>> ops = pd.DataFrame({"op_type": ["MatMul", "Identity"], "flops": [2e9, 0],
+        ...                     "input_bytes": [8e6, 4e6], "output_bytes": [4e6, 4e6]})
+        >>> presets["v100"].op_times(ops).round(6)
+        array([2.22e-04, 1.00e-05])
+        """
+        flops, moved, types = op_features(ops)
+        return self._roofline(flops, moved, types)
+
+    def _roofline(self, flops, moved, types):
+        tensor = np.isin(types, list(TENSOR_CORE_OPS)) if self.tensor_flops > 0 else False
+        peak = np.where(tensor, self.tensor_flops, self.peak_flops)
+        compute = flops / (peak * self.compute_efficiency)
+        memory = moved / (self.memory_bandwidth * self.memory_efficiency)
+        t = self.overhead + np.maximum(compute, memory)
+        return np.where(np.isin(types, list(NO_WORK_OPS)), self.overhead, t)
+
+    def calibrate(self, measured: pd.DataFrame, *, quantile_overhead: float = 0.1) -> "DevicePreset":
+        """A copy of this preset with overhead and efficiencies fitted to measured op times.
+
+        The overhead becomes a low quantile of the times of ops that do no work
+        (or of all ops, if none of those were timed); the compute efficiency the
+        median, over ops the preset deems compute-bound, of (predicted compute
+        time at efficiency 1) / (measured time - overhead); likewise the memory
+        efficiency over memory-bound ops. Medians keep outliers from moving it.
+
+        Parameters
+        ----------
+        measured : pandas.DataFrame
+            An op table (see :meth:`op_times`) with a ``seconds`` column.
+
+        Raises
+        ------
+        CostModelError
+            If ``measured`` has no ``seconds`` column or no finite positive time.
+        """
+        if "seconds" not in measured.columns:
+            raise CostModelError("calibrating a preset needs a 'seconds' column of measured op times")
+        t = measured["seconds"].to_numpy(dtype=np.float64)
+        ok = np.isfinite(t) & (t > 0)
+        if not ok.any():
+            raise CostModelError(f"no finite positive op time to calibrate preset {self.name!r} with")
+        flops, moved, types = op_features(measured)
+        flops, moved, types, t = flops[ok], moved[ok], types[ok], t[ok]
+        no_work = np.isin(types, list(NO_WORK_OPS)) | ((flops == 0) & (moved == 0))
+        base = t[no_work] if no_work.sum() >= 3 else t
+        overhead = float(np.quantile(base, quantile_overhead))
+        tensor = np.isin(types, list(TENSOR_CORE_OPS)) if self.tensor_flops > 0 else np.zeros(len(t), bool)
+        peak = np.where(tensor, self.tensor_flops, self.peak_flops)
+        ideal_compute = flops / peak
+        ideal_memory = moved / self.memory_bandwidth
+        work = np.maximum(t - overhead, 1e-12)
+        changes = {"overhead": overhead}
+        # Bound-ness at the preset's current efficiencies (the roofline ridge).
+        compute_bound = ~no_work & (ideal_compute / self.compute_efficiency
+                                    >= ideal_memory / self.memory_efficiency) & (flops > 0)
+        memory_bound = ~no_work & ~compute_bound & (moved > 0)
+        # Ops whose time is mostly overhead say nothing about the peaks.
+        big = work > overhead
+        for name, sel, ideal in (("compute_efficiency", compute_bound & big, ideal_compute),
+                                 ("memory_efficiency", memory_bound & big, ideal_memory)):
+            if sel.sum() >= 3:
+                changes[name] = float(np.clip(np.median(ideal[sel] / work[sel]), 1e-4, 1.0))
+        src = self.source + (" | " if self.source else "") + f"calibrated on {len(t)} timed ops"
+        return replace(self, source=src, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "DevicePreset":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise CostModelError(f"unknown device preset fields {sorted(unknown)}")
+        return cls(**{k: (float(v) if isinstance(v, (int, float)) else v) for k, v in d.items()})
+
+
+@dataclass(frozen=True)
+class LinkPreset:
+    """A link: a transfer of ``b`` bytes costs ``latency + b / bandwidth`` seconds.
+
+    Attributes
+    ----------
+    name : str
+    latency : float
+        Seconds per transfer.
+    bandwidth : float
+        Bytes per second (effective, not line rate).
+    source : str
+        Where the figures come from.
+    """
+
+    name: str
+    latency: float
+    bandwidth: float
+    source: str = ""
+
+    def __post_init__(self):
+        if not (np.isfinite(self.latency) and self.latency >= 0):
+            raise CostModelError(f"link {self.name!r}: latency must be finite and >= 0, got {self.latency!r}")
+        if not (self.bandwidth > 0):
+            raise CostModelError(f"link {self.name!r}: bandwidth must be > 0, got {self.bandwidth!r}")
+
+    def transfer_time(self, nbytes):
+        """Seconds to move ``nbytes`` (a number or an array) over this link."""
+        return self.latency + np.asarray(nbytes, dtype=np.float64) / self.bandwidth
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "LinkPreset":
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise CostModelError(f"unknown link preset fields {sorted(unknown)}")
+        return cls(**d)
+
+
+# -- this machine's CPU ----------------------------------------------------------
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _cpu_flops_per_cycle(flags: set) -> int:
+    """FP32 FLOPs per cycle per core from the SIMD flags: 2 FMA pipes x lanes x 2."""
+    if "avx512f" in flags:
+        return 64
+    if "avx2" in flags and "fma" in flags:
+        return 32
+    if "avx" in flags:
+        return 16
+    return 8
+
+
+def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
+    """Analytic preset of this machine's CPU, read from ``/proc/cpuinfo`` and ``/proc/meminfo``.
+
+    Parameters
+    ----------
+    cores : int, optional
+        Cores one TensorFlow CPU device uses (its intra-op threads). Default:
+        the cores this process may run on. A ``local_cluster`` worker held to
+        one thread is ``cpu_preset(1)``.
+
+    Peak FLOP/s = cores x clock x FP32 FLOPs/cycle (32 with AVX2+FMA, 64 with
+    AVX-512, 16 with AVX); memory bandwidth is an assumed 10 GB/s per core, at
+    most 100 GB/s (sustained STREAM-like figures of server cores; calibrate for
+    better); capacity is the RAM in MemTotal. Overhead: 5 us per op (the
+    TensorFlow executor's dispatch on CPU; calibrate for better).
+    """
+    info = _read("/proc/cpuinfo")
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+    cores = int(cores)
+    if cores < 1:
+        raise CostModelError(f"cpu_preset needs cores >= 1, got {cores}")
+    model = next(iter(re.findall(r"model name\s*:\s*(.+)", info)), "unknown CPU").strip()
+    mhz = [float(x) for x in re.findall(r"cpu MHz\s*:\s*([\d.]+)", info)]
+    ghz = re.findall(r"@\s*([\d.]+)\s*GHz", model)
+    max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip()
+    if max_khz.isdigit():
+        clock = float(max_khz) * 1e3
+    elif ghz:
+        clock = float(ghz[0]) * 1e9
+    else:  # the current clock, rounded so the preset is the same from run to run
+        clock = round(max(mhz) / 50.0) * 50e6 if mhz else 2.5e9
+    flags = set(next(iter(re.findall(r"flags\s*:\s*(.+)", info)), "").split())
+    per_cycle = _cpu_flops_per_cycle(flags)
+    mem = re.findall(r"MemTotal:\s*(\d+)\s*kB", _read("/proc/meminfo"))
+    memory = float(mem[0]) * 1024 if mem else 16 * GiB
+    return DevicePreset(
+        name=name, device_type="CPU", peak_flops=cores * clock * per_cycle,
+        memory_bandwidth=min(10 * GB * cores, 100 * GB), memory=memory, overhead=5e-6,
+        compute_efficiency=0.5, memory_efficiency=0.5,
+        source=(f"this machine: {model}, {cores} core(s) x {clock / 1e9:.2f} GHz x {per_cycle} "
+                f"FP32 FLOP/cycle (/proc/cpuinfo flags); RAM from /proc/meminfo; memory bandwidth "
+                f"assumed 10 GB/s per core; overhead and efficiencies assumed"))
+
+
+# -- the named presets -------------------------------------------------------------
+_GPU_NOTE = ("; overhead 10 us per op (TF executor + kernel launch) and efficiencies "
+             "(0.6 compute, 0.7 memory) assumed")
+
+_DEVICE_PRESETS = {
+    "p100": DevicePreset(
+        "p100", "GPU", peak_flops=9.3e12, memory_bandwidth=732 * GB, memory=16 * GiB,
+        overhead=10e-6,
+        source="NVIDIA Tesla P100 PCIe 16 GB datasheet (2016): 9.3 TFLOPS FP32, 732 GB/s HBM2, "
+               "16 GB (the paper's server: 8 x P100)" + _GPU_NOTE),
+    "v100": DevicePreset(
+        "v100", "GPU", peak_flops=15.7e12, memory_bandwidth=900 * GB, memory=32 * GiB,
+        overhead=10e-6,
+        source="NVIDIA Tesla V100 SXM2 32 GB datasheet (2017): 15.7 TFLOPS FP32, 900 GB/s HBM2 "
+               "(FP32 training does not use its FP16 tensor cores)" + _GPU_NOTE),
+    "a100": DevicePreset(
+        "a100", "GPU", peak_flops=19.5e12, memory_bandwidth=2039 * GB, memory=80 * GiB,
+        overhead=10e-6, tensor_flops=156e12,
+        source="NVIDIA A100 SXM4 80 GB datasheet (2020): 19.5 TFLOPS FP32, 156 TFLOPS TF32 "
+               "tensor (dense), 2039 GB/s HBM2e" + _GPU_NOTE),
+    "h100": DevicePreset(
+        "h100", "GPU", peak_flops=67e12, memory_bandwidth=3350 * GB, memory=80 * GiB,
+        overhead=10e-6, tensor_flops=494.7e12,
+        source="NVIDIA H100 SXM5 80 GB datasheet (2022): 67 TFLOPS FP32, 494.7 TFLOPS TF32 "
+               "tensor (dense), 3.35 TB/s HBM3" + _GPU_NOTE),
+}
+
+_LINK_PRESETS = {
+    "pcie3": LinkPreset("pcie3", latency=10e-6, bandwidth=12 * GB,
+                        source="PCIe 3.0 x16: 15.75 GB/s per direction line rate; ~12 GB/s "
+                               "pinned cudaMemcpy; ~10 us per copy (launch + TF rendezvous)"),
+    "pcie4": LinkPreset("pcie4", latency=10e-6, bandwidth=24 * GB,
+                        source="PCIe 4.0 x16: 31.5 GB/s per direction line rate; ~24 GB/s "
+                               "pinned cudaMemcpy; ~10 us per copy"),
+    "nvlink": LinkPreset("nvlink", latency=8e-6, bandwidth=45 * GB,
+                         source="NVLink 2.0 between two V100 of a DGX-1V (2 links x 25 GB/s per "
+                                "direction = 50 GB/s line rate, ~45 GB/s measured by p2p "
+                                "bandwidth tests); ~8 us per copy"),
+    "nvlink3": LinkPreset("nvlink3", latency=8e-6, bandwidth=270 * GB,
+                          source="NVLink 3 (A100 SXM4 via NVSwitch): 300 GB/s per direction "
+                                 "line rate, ~90% achieved"),
+    "nvlink4": LinkPreset("nvlink4", latency=8e-6, bandwidth=400 * GB,
+                          source="NVLink 4 (H100 SXM5 via NVSwitch): 450 GB/s per direction "
+                                 "line rate, ~90% achieved"),
+    "10gbe": LinkPreset("10gbe", latency=50e-6, bandwidth=1.1 * GB,
+                        source="10 Gb Ethernet: 1.25 GB/s line rate, ~1.1 GB/s TCP goodput; "
+                               "~50 us per gRPC transfer on a LAN"),
+    "100gbe": LinkPreset("100gbe", latency=30e-6, bandwidth=10 * GB,
+                         source="100 Gb Ethernet: 12.5 GB/s line rate, ~10 GB/s TCP goodput "
+                                "with several streams; ~30 us per transfer"),
+    "grpc-loopback": LinkPreset(
+        "grpc-loopback", latency=400e-6, bandwidth=1.3 * GB,
+        source="two tf.distribute.Server tasks on 127.0.0.1 (DESIGN.md: 16 MB in 11-14 ms, "
+               "~1.3 GB/s; latency ~0.4 ms per Session.run transfer); refit on your machine "
+               "with fddps.tf.comm_bench"),
+    "host-memory": LinkPreset(
+        "host-memory", latency=5e-6, bandwidth=10 * GB,
+        source="two devices of one process sharing host memory (e.g. several CPU devices from "
+               "ConfigProto(device_count)): an intra-process rendezvous, ~5 us, and at worst a "
+               "memcpy at ~10 GB/s"),
+}
+
+
+class Presets(Mapping):
+    """Read-only mapping of preset name -> :class:`DevicePreset` or :class:`LinkPreset`.
+
+    ``presets["cpu"]`` is this machine's CPU (all cores), read on first use.
+    ``presets.devices`` and ``presets.links`` hold each kind alone.
+    """
+
+    def __init__(self):
+        self._cpu = None
+
+    @property
+    def devices(self) -> dict:
+        """Device presets by name: ``p100``, ``v100``, ``a100``, ``h100``, ``cpu``."""
+        if self._cpu is None:
+            self._cpu = cpu_preset()
+        return {**_DEVICE_PRESETS, "cpu": self._cpu}
+
+    @property
+    def links(self) -> dict:
+        """Link presets by name: ``pcie3``, ``pcie4``, ``nvlink``, ``nvlink3``,
+        ``nvlink4``, ``10gbe``, ``100gbe``, ``grpc-loopback``, ``host-memory``."""
+        return dict(_LINK_PRESETS)
+
+    def _all(self):
+        return {**self.devices, **self.links}
+
+    def __getitem__(self, name):
+        if name == "cpu" or name in _DEVICE_PRESETS or name in _LINK_PRESETS:
+            return self._all()[name]
+        raise CostModelError(f"unknown preset {name!r}; device presets: {sorted(self.devices)}, "
+                             f"link presets: {sorted(self.links)}")
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+    def __repr__(self):
+        return f"Presets(devices={sorted(self.devices)}, links={sorted(self.links)})"
+
+
+#: The named presets (see :class:`Presets`).
+presets = Presets()
+
+
+def device_preset(spec) -> DevicePreset:
+    """A :class:`DevicePreset` from a preset name or a preset (returned as is).
+
+    Raises
+    ------
+    CostModelError
+        For an unknown name or a link preset's name.
+    """
+    if isinstance(spec, DevicePreset):
+        return spec
+    p = presets[spec]
+    if not isinstance(p, DevicePreset):
+        raise CostModelError(f"{spec!r} is a link preset, not a device preset")
+    return p
+
+
+def link_preset(spec) -> LinkPreset:
+    """A :class:`LinkPreset` from a preset name, a ``(latency, bandwidth)`` pair or a preset."""
+    if isinstance(spec, LinkPreset):
+        return spec
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        return LinkPreset("custom", float(spec[0]), float(spec[1]))
+    p = presets[spec]
+    if not isinstance(p, LinkPreset):
+        raise CostModelError(f"{spec!r} is a device preset, not a link preset")
+    return p
