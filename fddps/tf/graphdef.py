@@ -1,0 +1,539 @@
+"""Read a TensorFlow GraphDef: one row of facts per op (:func:`op_table`).
+
+What is read, and from where:
+
+- **Shapes and dtypes** of every output: the GraphDef is imported into a fresh
+  ``tf.Graph``, which runs TensorFlow's own C++ shape functions (a ``tf.Graph``
+  passed in is used as is). Shapes that stay unknown: dimensions TensorFlow
+  cannot infer statically (a ``None`` batch in a placeholder, ``Reshape`` to a
+  computed shape, ``Merge`` inside ``tf.while_loop`` bodies, ``Where``/``Unique``),
+  and the size of ``string`` and ``variant`` tensors. Bytes are then estimated:
+  an unknown dimension counts as ``unknown_dim`` (default 1), an unknown rank
+  as one element, a ``string`` element as 8 bytes, a ``variant`` as 0; the row is
+  flagged ``shapes_known=False``. ``resource`` handles count 0 bytes: the
+  variable's data stays on its device.
+- **FLOPs** from TensorFlow's registered ``"flops"`` statistics
+  (``RegisterStatistics``: Conv2D and its two backprops, MatMul, BatchMatMul,
+  DepthwiseConv2dNative, pooling and pooling grads, BiasAdd(Grad), the binary
+  and unary arithmetic ops, Mean/Sum, Softmax, L2Loss, ...). Every other op
+  (FusedBatchNorm* and its grads, Relu/ReluGrad, the ``Apply*`` optimizer
+  updates, Tanh, Sigmoid, casts, control flow, ...) and every op whose shapes are
+  unknown gets ``flops = 0`` and ``flops_known = False``.
+- **Colocation groups**: ops TensorFlow's placer keeps on one device
+  (``colocation_graph.cc``): ops sharing a ``_class`` ``loc:@name`` attribute,
+  the two ends of every edge whose consumer input is a ``resource`` or reference
+  type (the ops reading or updating one variable, reference-variable updates),
+  except the few op types TensorFlow exempts (function calls, IdentityN, dataset
+  ops). fddps adds one rule: all ops of a ``tf.while_loop`` frame (``Enter`` to
+  ``Exit``, nested frames included) form one group, since a loop split across
+  devices needs send/recv pairs inside the frame; keeping it whole is the
+  simplest placement that is always faithful.
+- **Kernels**: per node, the device types with a registered kernel whose type
+  constraints the node satisfies (``tensorflow.python.framework.kernels``).
+
+Examples
+--------
+>>> import tensorflow as tf
+>>> g = tf.Graph()
+>>> with g.as_default():
+...     x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
+...     y = tf.matmul(x, tf.ones([16, 4]), name="y")
+>>> t = op_table(g)
+>>> t.set_index("name").loc["y", ["flops", "output_bytes"]].tolist()
+[1024.0, 128.0]
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..errors import GraphError
+
+#: Op types that declare a loop frame boundary or iterate (v1 control flow).
+ENTER_OPS = frozenset({"Enter", "RefEnter"})
+EXIT_OPS = frozenset({"Exit", "RefExit"})
+NEXT_ITERATION_OPS = frozenset({"NextIteration", "RefNextIteration"})
+MERGE_OPS = frozenset({"Merge", "RefMerge"})
+SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
+CONTROL_FLOW_OPS = (ENTER_OPS | EXIT_OPS | NEXT_ITERATION_OPS | MERGE_OPS | SWITCH_OPS
+                    | {"LoopCond", "ControlTrigger"})
+
+#: Ops that own a variable's storage: ``param_bytes`` is the variable's size.
+VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "TemporaryVariable"})
+
+#: Consumers TensorFlow does not colocate with their resource inputs
+#: (``REGISTER_INPUT_COLOCATION_EXEMPTION``); ops ending in "Dataset" too.
+COLOCATION_EXEMPT_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall", "IdentityN"})
+
+#: Bytes per element assumed for ``string`` tensors (their size is data-dependent).
+STRING_ELEMENT_BYTES = 8
+
+#: Device types whose kernel availability the local TensorFlow build can tell
+#: (a ``tensorflow-cpu`` build registers only a few GPU kernels, so its
+#: registry cannot say which ops lack one).
+_TF = None
+
+
+def _tf():
+    """Import TensorFlow once, quietly (its C++ logging goes to stderr otherwise)."""
+    global _TF
+    if _TF is None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow as tf
+
+        _TF = tf
+    return _TF
+
+
+@dataclass
+class GraphAnalysis:
+    """Everything read from one GraphDef; :func:`op_table`'s table and more.
+
+    Attributes
+    ----------
+    graph_def : GraphDef
+        A copy of the input (never the caller's object).
+    graph : tf.Graph
+        The graph the shapes were inferred in.
+    table : pandas.DataFrame
+        :func:`op_table`'s answer.
+    output_bytes : list of list of float
+        Per node, estimated bytes of each output tensor.
+    edges : pandas.DataFrame
+        One row per GraphDef input: ``src``, ``dst`` (node positions), ``port``
+        (-1 for control), ``bytes``, ``back_edge`` (``NextIteration -> Merge``).
+    frames : list of str
+        Per node, the outermost ``tf.while_loop`` frame it belongs to ('' outside loops).
+    kernel_types : list of frozenset or None
+        Per node, device types with a matching kernel; None where the registry
+        cannot tell (function calls).
+    checked_types : frozenset
+        Device types whose kernels this TensorFlow build registers fully.
+    """
+
+    graph_def: object
+    graph: object
+    table: pd.DataFrame
+    output_bytes: list
+    edges: pd.DataFrame
+    frames: list
+    kernel_types: list
+    checked_types: frozenset
+    notes: dict = field(default_factory=dict)
+
+    def can_run(self, i: int, device_type: str) -> bool:
+        """Whether node ``i`` has a kernel for ``device_type`` (True where unknowable)."""
+        kinds = self.kernel_types[i]
+        if kinds is None or device_type not in self.checked_types:
+            return True
+        return device_type in kinds or "DEFAULT" in kinds
+
+
+# -- loading ------------------------------------------------------------------------
+def load_graph(graph_like):
+    """A private copy of a GraphDef and the ``tf.Graph`` holding its ops.
+
+    Parameters
+    ----------
+    graph_like : GraphDef, tf.Graph, bytes, or path
+        A ``tf.compat.v1.GraphDef``; a ``tf.Graph`` (its ``as_graph_def()``);
+        the bytes of a serialized GraphDef; or the path of a ``.pb`` (binary) or
+        ``.pbtxt`` (text) file.
+
+    Returns
+    -------
+    (GraphDef, tf.Graph)
+
+    Raises
+    ------
+    GraphError
+        If the input is not a GraphDef, the bytes do not parse as one, or
+        TensorFlow cannot import it (its message names the node at fault).
+    """
+    tf = _tf()
+    from google.protobuf import message, text_format
+
+    if isinstance(graph_like, tf.Graph):
+        gd = graph_like.as_graph_def()
+        return gd, graph_like
+    if isinstance(graph_like, (str, os.PathLike)):
+        path = os.fspath(graph_like)
+        if not os.path.isfile(path):
+            raise GraphError(f"graph_def path {path!r} is not a file")
+        with open(path, "rb") as f:
+            data = f.read()
+        if path.endswith((".pbtxt", ".txt")):
+            gd = tf.compat.v1.GraphDef()
+            try:
+                text_format.Parse(data.decode("utf-8"), gd)
+            except (text_format.ParseError, UnicodeDecodeError) as e:
+                raise GraphError(f"file {path!r} is not a text GraphDef: {e}") from None
+            graph_like = gd
+        else:
+            graph_like = data
+    if isinstance(graph_like, (bytes, bytearray, memoryview)):
+        data = bytes(graph_like)
+        gd = tf.compat.v1.GraphDef()
+        try:
+            gd.ParseFromString(data)
+        except message.DecodeError as e:
+            raise GraphError(f"graph_def: the {len(data)} bytes given are not a serialized "
+                             f"GraphDef ({e})") from None
+        # Protobuf accepts many byte strings as "unknown fields": a real GraphDef
+        # has nodes, and every field it parsed is one GraphDef knows.
+        if data and not gd.node:
+            raise GraphError(f"graph_def: the {len(data)} bytes given are not a serialized "
+                             "GraphDef (no nodes parsed)")
+        graph_like = gd
+    if not (hasattr(graph_like, "node") and hasattr(graph_like, "library")
+            and type(graph_like).__name__ == "GraphDef"):
+        raise GraphError(f"graph_def must be a GraphDef, a tf.Graph, serialized GraphDef bytes "
+                         f"or a .pb/.pbtxt path, got {type(graph_like).__name__}")
+    gd = tf.compat.v1.GraphDef()
+    gd.CopyFrom(graph_like)
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.graph_util.import_graph_def(gd, name="")
+    except (ValueError, TypeError, KeyError, tf.errors.OpError) as e:
+        msg = str(e).strip().splitlines()
+        raise GraphError("TensorFlow cannot import the GraphDef: " + " ".join(msg[:3])) from None
+    return gd, graph
+
+
+# -- per-tensor facts -------------------------------------------------------------------
+def _tensor_bytes(dtype, shape, unknown_dim):
+    """(estimated bytes, whether exact) of one tensor."""
+    base = dtype.base_dtype
+    if base.name == "resource":
+        return 0.0, True
+    if base.name == "variant":
+        return 0.0, False
+    known = True
+    if shape.rank is None:
+        elements, known = 1.0, False
+    else:
+        elements = 1.0
+        for d in shape.as_list():
+            if d is None or d < 0:
+                known = False
+                d = unknown_dim
+            elements *= d
+    if base.name == "string":
+        return elements * STRING_ELEMENT_BYTES, False
+    return elements * base.size, known
+
+
+def _attr_shape_bytes(node_def, unknown_dim):
+    """Bytes of the variable a variable op owns, from its ``shape`` and ``dtype`` attrs."""
+    tf = _tf()
+    attr = node_def.attr
+    if "shape" not in attr or "dtype" not in attr:
+        return 0.0, False
+    shape = tf.TensorShape(attr["shape"].shape)
+    return _tensor_bytes(tf.as_dtype(attr["dtype"].type), shape, unknown_dim)
+
+
+# -- kernels ------------------------------------------------------------------------------
+class _KernelIndex:
+    """Which device types have a kernel for a node, honouring kernel type constraints."""
+
+    def __init__(self):
+        tf = _tf()
+        from tensorflow.python.framework import kernels
+
+        self._kernels = kernels
+        self._by_op = {}
+        checked = {"CPU"}
+        if tf.test.is_built_with_gpu_support():
+            checked.add("GPU")
+        self.checked_types = frozenset(checked)
+
+    def _for_op(self, op_type):
+        if op_type not in self._by_op:
+            try:
+                found = self._kernels.get_registered_kernels_for_op(op_type).kernel
+            except Exception:  # noqa: BLE001 - registry lookup of an odd name
+                found = []
+            self._by_op[op_type] = [
+                (k.device_type, [(c.name, frozenset(c.allowed_values.list.type))
+                                 for c in k.constraint]) for k in found]
+        return self._by_op[op_type]
+
+    def device_types(self, node_def, functions):
+        """Device types with a kernel for ``node_def``; None for a function call."""
+        if node_def.op in functions:
+            return None
+        out = set()
+        for dtype, constraints in self._for_op(node_def.op):
+            if dtype in out:
+                continue
+            ok = True
+            for name, allowed in constraints:
+                a = node_def.attr.get(name)
+                if a is None:
+                    continue
+                values = list(a.list.type) if a.HasField("list") else [a.type]
+                if any(v not in allowed for v in values):
+                    ok = False
+                    break
+            if ok:
+                out.add(dtype)
+        return frozenset(out)
+
+
+# -- structure: inputs, frames, colocation ---------------------------------------------
+def _parse_input(s):
+    """(node name, port) of a GraphDef input string; port -1 for ``^control``."""
+    if s.startswith("^"):
+        return s[1:], -1
+    name, sep, port = s.rpartition(":")
+    if sep and port.isdigit():
+        return name, int(port)
+    return s, 0
+
+
+class _UnionFind:
+    def __init__(self, n):
+        self.parent = list(range(n))
+
+    def find(self, i):
+        root = i
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[i] != root:
+            self.parent[i], i = root, self.parent[i]
+        return root
+
+    def union(self, i, j):
+        ri, rj = self.find(i), self.find(j)
+        if ri != rj:
+            # The earlier node becomes the root, so group names are stable.
+            if rj < ri:
+                ri, rj = rj, ri
+            self.parent[rj] = ri
+
+
+def _loop_frames(nodes, src, dst):
+    """Outermost ``tf.while_loop`` frame of every node ('' outside loops).
+
+    Follows TensorFlow's ``BuildControlFlowInfo``: a breadth-first walk from the
+    nodes without inputs; an ``Enter``'s consumers are in its ``frame_name``
+    frame, an ``Exit``'s consumers in the parent of the Exit's frame. ``Enter``
+    nodes are counted in the frame they enter.
+    """
+    n = len(nodes)
+    succ = [[] for _ in range(n)]
+    indeg = [0] * n
+    for s, d in zip(src, dst):
+        succ[s].append(d)
+        indeg[d] += 1
+    frame = [None] * n  # full frame path: tuple of frame names, () = root
+    queue = [i for i in range(n) if indeg[i] == 0]
+    for i in queue:
+        frame[i] = ()
+    head = 0
+    while head < len(queue):
+        i = queue[head]
+        head += 1
+        op = nodes[i].op
+        out = frame[i]
+        if op in ENTER_OPS:
+            out = frame[i] + (nodes[i].attr["frame_name"].s.decode(),)
+        elif op in EXIT_OPS:
+            out = frame[i][:-1]
+        for j in succ[i]:
+            if frame[j] is None:
+                frame[j] = out
+                queue.append(j)
+    result = []
+    for i, f in enumerate(frame):
+        if f is None:  # unreachable from a source: only on a cycle without sources
+            f = ()
+        if nodes[i].op in ENTER_OPS:
+            f = f + (nodes[i].attr["frame_name"].s.decode(),)
+        result.append(f[0] if f else "")
+    return result
+
+
+# -- the table -----------------------------------------------------------------------------
+def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
+    """Read a graph into a :class:`GraphAnalysis` (what :func:`op_table` and the placer use).
+
+    Raises
+    ------
+    GraphError
+        See :func:`load_graph`; also if ``unknown_dim`` is not a positive integer.
+    """
+    if isinstance(graph_like, GraphAnalysis):
+        return graph_like
+    if not (isinstance(unknown_dim, (int, np.integer)) and unknown_dim >= 1):
+        raise GraphError(f"unknown_dim must be a positive integer, got {unknown_dim!r}")
+    tf = _tf()
+    from tensorflow.python.framework import ops as tf_ops
+
+    gd, graph = load_graph(graph_like)
+    nodes = list(gd.node)
+    n = len(nodes)
+    position = {node.name: i for i, node in enumerate(nodes)}
+    functions = {f.signature.name for f in gd.library.function}
+    kernel_index = _KernelIndex()
+
+    out_bytes, out_known, out_dtypes, out_shapes = [], [], [], []
+    flops = np.zeros(n)
+    flops_known = np.zeros(n, dtype=bool)
+    param_bytes = np.zeros(n)
+    param_known = np.ones(n, dtype=bool)
+    input_types = []
+    kernel_types = []
+    for i, node in enumerate(nodes):
+        op = graph.get_operation_by_name(node.name)
+        sizes, exact, dts, shps = [], [], [], []
+        for t in op.outputs:
+            b, k = _tensor_bytes(t.dtype, t.shape, unknown_dim)
+            sizes.append(b)
+            exact.append(k)
+            dts.append(t.dtype.name)
+            shps.append(tuple(t.shape.as_list()) if t.shape.rank is not None else None)
+        out_bytes.append(sizes)
+        out_known.append(exact)
+        out_dtypes.append(tuple(dts))
+        out_shapes.append(tuple(shps))
+        input_types.append(op._input_types if op.inputs else [])  # declared, not producer's
+        if node.op in VARIABLE_OPS:
+            param_bytes[i], param_known[i] = _attr_shape_bytes(node, unknown_dim)
+        try:
+            value = tf_ops.get_stats_for_node_def(graph, node, "flops").value
+        except Exception:  # noqa: BLE001 - TF's stat functions raise on unknown shapes
+            value = None
+        if value is not None:
+            flops[i], flops_known[i] = float(value), True
+        kernel_types.append(kernel_index.device_types(node, functions))
+
+    # Edges, in GraphDef input order.
+    src, dst, port, nbytes, back = [], [], [], [], []
+    in_known = np.ones(n, dtype=bool)
+    input_bytes = np.zeros(n)
+    uf = _UnionFind(n)
+    for j, node in enumerate(nodes):
+        data_k = 0
+        for s in node.input:
+            name, p = _parse_input(s)
+            i = position.get(name)
+            if i is None:  # import_graph_def has checked; guard against odd inputs
+                raise GraphError(f"node {node.name!r} has input {s!r}, which is not in the graph")
+            src.append(i)
+            dst.append(j)
+            port.append(p)
+            if p < 0:
+                nbytes.append(0.0)
+            else:
+                b = out_bytes[i][p] if p < len(out_bytes[i]) else 0.0
+                nbytes.append(b)
+                input_bytes[j] += b
+                in_known[j] &= out_known[i][p] if p < len(out_known[i]) else False
+                declared = input_types[j][data_k] if data_k < len(input_types[j]) else None
+                if (declared is not None and (declared._is_ref_dtype or declared.name == "resource")
+                        and node.op not in COLOCATION_EXEMPT_OPS
+                        and not node.op.endswith("Dataset")):
+                    uf.union(i, j)
+                data_k += 1
+            back.append(nodes[i].op in NEXT_ITERATION_OPS and node.op in MERGE_OPS)
+    edges = pd.DataFrame({"src": np.asarray(src, dtype=np.int64),
+                          "dst": np.asarray(dst, dtype=np.int64),
+                          "port": np.asarray(port, dtype=np.int64),
+                          "bytes": np.asarray(nbytes, dtype=np.float64),
+                          "back_edge": np.asarray(back, dtype=bool)})
+
+    # Colocation: _class attributes, then loop frames.
+    for j, node in enumerate(nodes):
+        if "_class" in node.attr:
+            for spec in node.attr["_class"].list.s:
+                spec = spec.decode()
+                if spec.startswith("loc:@") and spec[5:] in position:
+                    uf.union(j, position[spec[5:]])
+    fwd = ~edges["back_edge"].to_numpy()
+    frames = _loop_frames(nodes, edges["src"].to_numpy()[fwd].tolist(),
+                          edges["dst"].to_numpy()[fwd].tolist())
+    first_in_frame = {}
+    for i, f in enumerate(frames):
+        if f:
+            uf.union(first_in_frame.setdefault(f, i), i)
+    roots = [uf.find(i) for i in range(n)]
+    size = np.bincount(roots, minlength=n)
+    # A group is named after its first variable op (its first node if it has none).
+    label = {}
+    for i, node in enumerate(nodes):
+        if node.op in VARIABLE_OPS:
+            label.setdefault(roots[i], node.name)
+    group = [label.get(r, nodes[r].name) if size[r] > 1 else None for r in roots]
+
+    shapes_known = np.array([all(out_known[i]) for i in range(n)]) & in_known & param_known
+    table = pd.DataFrame({
+        "name": [node.name for node in nodes],
+        "op_type": [node.op for node in nodes],
+        "flops": flops,
+        "flops_known": flops_known,
+        "input_bytes": input_bytes,
+        "output_bytes": np.array([float(sum(b)) for b in out_bytes]),
+        "param_bytes": param_bytes,
+        "shapes_known": shapes_known,
+        "requested_device": [node.device for node in nodes],
+        "colocation_group": pd.Series(group, dtype=object),  # None stays None
+        "loop_frame": frames,
+        "num_outputs": [len(b) for b in out_bytes],
+        "output_dtypes": out_dtypes,
+        "output_shapes": out_shapes,
+        "kernel_types": [None if k is None else tuple(sorted(k)) for k in kernel_types],
+    })
+    notes = {"unknown_dim": int(unknown_dim), "functions": len(functions)}
+    return GraphAnalysis(gd, graph, table, out_bytes, edges, frames, kernel_types,
+                         kernel_index.checked_types, notes)
+
+
+def op_table(graph_def_or_graph, unknown_dim: int = 1) -> pd.DataFrame:
+    """One row per node of a TensorFlow graph, in GraphDef order.
+
+    Parameters
+    ----------
+    graph_def_or_graph : GraphDef, tf.Graph, bytes, or path
+        See :func:`load_graph`. The input is never modified.
+    unknown_dim : int
+        Size assumed for a dimension TensorFlow cannot infer (default 1).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns:
+
+        - ``name``, ``op_type`` (str)
+        - ``flops`` (float): TensorFlow's registered statistic; 0 where it has
+          none (``flops_known`` False, see the module notes for which ops)
+        - ``flops_known`` (bool)
+        - ``input_bytes``, ``output_bytes`` (float): bytes of the data inputs read
+          and outputs written, from inferred shapes (unknown dims -> ``unknown_dim``)
+        - ``param_bytes`` (float): bytes of the variable a ``VarHandleOp`` /
+          ``VariableV2`` / ``Variable`` owns, else 0
+        - ``shapes_known`` (bool): every input, output and variable shape fully
+          known with a fixed-size dtype
+        - ``requested_device`` (str, '' if none)
+        - ``colocation_group`` (str or None): the group's first variable op, or
+          its first node in GraphDef order if it has no variable; None for an op
+          TensorFlow may place alone
+        - ``loop_frame`` (str): outermost ``tf.while_loop`` frame, '' outside loops
+        - ``num_outputs`` (int), ``output_dtypes`` (tuple of str),
+          ``output_shapes`` (tuple of tuples, None for unknown rank, None dims unknown)
+        - ``kernel_types`` (tuple of str or None): device types with a kernel
+          matching the node's type attributes (``"DEFAULT"`` runs anywhere); None
+          for calls of library functions
+
+    Raises
+    ------
+    GraphError
+        If the input is not a GraphDef TensorFlow can import (see :func:`load_graph`).
+    """
+    return analyse(graph_def_or_graph, unknown_dim).table
