@@ -1,0 +1,32 @@
+"""Training graphs of the FD-DPS paper's six networks, with no download.
+
+VGG-16, Inception-V3, ResNet-50 (v1), ResNet-200 (v2), PNASNet-5 Mobile and
+NASNet-A Large, written as TF-Slim defines them but with `tf.compat.v1`
+resource variables and plain `tf.nn` ops (no `tf_slim`, no Keras), so that a
+training step is a plain, stable op graph.
+
+Usage::
+
+    import slim_models
+    m = slim_models.build_training_graph("resnet50", batch_size=8,
+                                         image_size=32, num_classes=10)
+    with tf.compat.v1.Session(graph=m.graph) as sess:
+        sess.run(m.init_op)
+        _, loss = sess.run([m.train_op, m.loss])
+
+The input batch is generated in the graph from constant seeds (no feeding),
+identical on every step and run. See `training` for the graph's contents and
+the model modules (`vgg`, `inception`, `resnet`, `nasnet`) for the
+architectures and their reference parameter counts.
+"""
+
+from .training import (MODELS, PAPER_TABLE3, SPECS, DatasetPreset,
+                       TrainingGraph, build_training_graph, count_parameters,
+                       dataset_preset, graph_size, model_parameter_count,
+                       step_graph_def)
+
+__all__ = [
+    "MODELS", "PAPER_TABLE3", "SPECS", "DatasetPreset", "TrainingGraph",
+    "build_training_graph", "count_parameters", "dataset_preset",
+    "graph_size", "model_parameter_count", "step_graph_def",
+]
