@@ -249,6 +249,20 @@ class OpGraph:
             et = self.cost[:, cols] / speed
         return np.where(np.isnan(et), np.inf, et)
 
+    def reversed(self) -> "OpGraph":
+        """The same ops with every edge turned around (shares the arrays; O(1)).
+
+        Used by backward scheduling passes: a schedule of the reversed graph,
+        read backwards in time, is a schedule of the original.
+        """
+        rev = object.__new__(OpGraph)
+        rev.__dict__.update(self.__dict__)
+        rev.src, rev.dst = self.dst, self.src
+        rev.succ_ptr, rev.succ_eid, rev.succ_idx = self.pred_ptr, self.pred_eid, self.pred_idx
+        rev.pred_ptr, rev.pred_eid, rev.pred_idx = self.succ_ptr, self.succ_eid, self.succ_idx
+        rev.topo = self.topo[::-1]
+        return rev
+
     # -- networkx interop -----------------------------------------------------------
     @classmethod
     def from_networkx(cls, g, *, cost="cost", memory="memory", bytes="bytes"):

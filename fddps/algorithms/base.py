@@ -10,7 +10,7 @@ insertion into idle gaps), memory in use, and the devices of colocation groups.
 from __future__ import annotations
 
 import time
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
@@ -86,20 +86,38 @@ class Scheduler:
         raise NotImplementedError
 
 
-class DeviceTimeline:
-    """Busy intervals of one device, sorted, for insertion-based slot finding."""
+class _Block:
+    """A run of consecutive busy intervals and the largest idle gap before any of them."""
 
-    __slots__ = ("starts", "finishes", "ops")
+    __slots__ = ("starts", "finishes", "ops", "gaps", "max_gap")
+
+    def __init__(self, starts, finishes, ops, gaps):
+        self.starts, self.finishes, self.ops, self.gaps = starts, finishes, ops, gaps
+        self.max_gap = max(gaps) if gaps else 0.0
+
+
+class DeviceTimeline:
+    """Busy intervals of one device, sorted, for insertion-based slot finding.
+
+    Intervals are kept in blocks of at most ``2 * BLOCK`` that record the
+    largest idle gap in front of any of their intervals, so a search for a gap
+    long enough skips whole blocks: an op that fits nowhere no longer walks past
+    every small gap on the device (the search stays exact).
+    """
+
+    BLOCK = 64
+    __slots__ = ("blocks", "firsts", "free_at", "count")
 
     def __init__(self):
-        self.starts: list[float] = []
-        self.finishes: list[float] = []
-        self.ops: list[int] = []
+        self.blocks: list[_Block] = []
+        self.firsts: list[float] = []  # start of each block's first interval
+        self.free_at = 0.0             # finish of the last interval
+        self.count = 0
 
     @property
-    def free_at(self) -> float:
-        """When the device finishes the last op given to it so far."""
-        return self.finishes[-1] if self.finishes else 0.0
+    def ops(self) -> list[int]:
+        """The device's ops, first to last."""
+        return [op for b in self.blocks for op in b.ops]
 
     def earliest_start(self, ready: float, duration: float, insertion: bool = True) -> float:
         """Earliest start >= ``ready`` of an op lasting ``duration``.
@@ -107,26 +125,77 @@ class DeviceTimeline:
         With ``insertion`` the op may go into an idle gap between ops already
         placed (HEFT's insertion policy); without, only after the last one.
         """
-        if not insertion or not self.finishes or ready >= self.finishes[-1]:
+        if not insertion or ready >= self.free_at or not self.blocks:
             return max(ready, self.free_at)
-        k = bisect_right(self.finishes, ready)
+        b = max(bisect_right(self.firsts, ready) - 1, 0)
+        block = self.blocks[b]
+        # Within the block holding `ready`: the gap around it, then the later ones.
         t = ready
-        starts, finishes = self.starts, self.finishes
-        for k in range(k, len(starts)):
+        starts, finishes = block.starts, block.finishes
+        for k in range(bisect_right(finishes, ready), len(starts)):
             if t + duration <= starts[k]:
                 return t
             if finishes[k] > t:
                 t = finishes[k]
+        # Later blocks start after `ready`: only the gap in front of their first
+        # interval depends on t; the others are skipped unless long enough.
+        for block in self.blocks[b + 1:]:
+            if t + duration <= block.starts[0]:
+                return t
+            if block.max_gap >= duration:
+                gaps = block.gaps
+                for k in range(1, len(gaps)):
+                    if gaps[k] >= duration:
+                        return block.finishes[k - 1]
+            t = block.finishes[-1]
         return t
 
     def add(self, op: int, start: float, finish: float):
-        k = bisect_right(self.starts, start)
-        # Zero-length ops at the same instant keep their insertion order.
-        while k < len(self.starts) and self.starts[k] == start and self.finishes[k] == start:
+        """Record that ``op`` runs on this device from ``start`` to ``finish``."""
+        self.count += 1
+        if finish >= self.free_at and (not self.blocks or start >= self.free_at):
+            gap = start - self.free_at if self.blocks else start
+            self.free_at = finish
+            if self.blocks and len(self.blocks[-1].ops) < 2 * self.BLOCK:
+                block = self.blocks[-1]
+                block.starts.append(start)
+                block.finishes.append(finish)
+                block.ops.append(op)
+                block.gaps.append(gap)
+                if gap > block.max_gap:
+                    block.max_gap = gap
+            else:
+                self.blocks.append(_Block([start], [finish], [op], [gap]))
+                self.firsts.append(start)
+            return
+        b = max(bisect_right(self.firsts, start) - 1, 0)
+        block = self.blocks[b]
+        # Before any op of positive length starting at the same instant, after
+        # the zero-length ones there (placed earlier, maybe their parents).
+        k = bisect_left(block.starts, start)
+        while k < len(block.starts) and block.starts[k] == start and block.finishes[k] == start:
             k += 1
-        self.starts.insert(k, start)
-        self.finishes.insert(k, finish)
-        self.ops.insert(k, op)
+        prev_finish = (block.finishes[k - 1] if k else
+                       self.blocks[b - 1].finishes[-1] if b else 0.0)
+        block.starts.insert(k, start)
+        block.finishes.insert(k, finish)
+        block.ops.insert(k, op)
+        block.gaps.insert(k, start - prev_finish)
+        if k + 1 < len(block.starts):
+            block.gaps[k + 1] = block.starts[k + 1] - finish
+        elif b + 1 < len(self.blocks):
+            nxt = self.blocks[b + 1]
+            nxt.gaps[0] = nxt.starts[0] - finish
+            nxt.max_gap = max(nxt.gaps)
+        if k == 0:
+            self.firsts[b] = start
+        block.max_gap = max(block.gaps)
+        if len(block.ops) > 2 * self.BLOCK:
+            h = self.BLOCK
+            tail = _Block(block.starts[h:], block.finishes[h:], block.ops[h:], block.gaps[h:])
+            head = _Block(block.starts[:h], block.finishes[:h], block.ops[:h], block.gaps[:h])
+            self.blocks[b:b + 1] = [head, tail]
+            self.firsts[b:b + 1] = [head.starts[0], tail.starts[0]]
 
 
 class PlacementState:
