@@ -26,7 +26,7 @@ def _as_float_array(values, n, what, names, default=0.0):
     bad = np.flatnonzero(~(arr >= 0) | np.isinf(arr))
     if bad.size:
         i = int(bad[0])
-        raise GraphError(f"op {names[i]!r} has an invalid {what} {arr[i]!r} (must be finite and >= 0)")
+        raise GraphError(f"op {names[i]!r} has an invalid {what} {float(arr[i])!r} (must be finite and >= 0)")
     return arr
 
 
@@ -110,7 +110,7 @@ class OpGraph:
         bad = np.argwhere(np.isnan(cost) | (cost < 0))
         if bad.size:
             i, t = map(int, bad[0])
-            raise GraphError(f"op {self.names[i]!r} has an invalid cost {cost[i, t]!r}"
+            raise GraphError(f"op {self.names[i]!r} has an invalid cost {float(cost[i, t])!r}"
                              f" on device type {self.device_types[t]!r} (must be >= 0)")
         self.cost = cost
         self.memory = _as_float_array(memory, n, "memory", self.names)

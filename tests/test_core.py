@@ -1,0 +1,259 @@
+"""The problem model, the schedule, the simulator, the STG reader: behaviour and bad input."""
+
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import fddps
+from fddps import Cluster, Device, OpGraph
+from fddps.errors import (ClusterError, GraphError, InfeasibleError, InvalidScheduleError,
+                          UnknownAlgorithmError)
+from fddps.stg import read_optimal_values, read_stg
+
+STG = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "stg"
+needs_stg = pytest.mark.skipif(not STG.is_dir(), reason="../shared/benchmarks/stg not present")
+
+
+def diamond(**kw):
+    return OpGraph(["a", "b", "c", "d"], [1.0, 2.0, 3.0, 1.0],
+                   [("a", "b", 10), ("a", "c", 10), ("b", "d", 10), ("c", "d", 10)], **kw)
+
+
+# -- OpGraph -----------------------------------------------------------------------
+def test_graph_structure_and_topological_order():
+    g = diamond()
+    assert (g.num_ops, g.num_edges) == (4, 4)
+    assert sorted(g.names[i] for i in g.successors(0)) == ["b", "c"]
+    pos = {g.names[i]: k for k, i in enumerate(g.topo)}
+    assert pos["a"] < pos["b"] < pos["d"] and pos["c"] < pos["d"]
+
+
+def test_parallel_edges_are_merged_and_bytes_summed():
+    g = OpGraph(["a", "b"], [1, 1], [("a", "b", 3), ("a", "b", 4), ("a", "b")])
+    assert g.num_edges == 1 and g.bytes.tolist() == [7.0]
+
+
+def test_cycle_is_reported_with_an_op_on_it():
+    with pytest.raises(GraphError, match=r"cycle through op '(x|y|z)'"):
+        OpGraph(["w", "x", "y", "z"], [1] * 4, [("w", "x"), ("x", "y"), ("y", "z"), ("z", "x")])
+    with pytest.raises(GraphError, match="itself"):
+        OpGraph(["a"], [1], [("a", "a")])
+
+
+@pytest.mark.parametrize("cost", [[1.0, -1.0], [1.0, float("nan")]])
+def test_bad_cost_names_the_op(cost):
+    with pytest.raises(GraphError, match="op 'b' has an invalid cost"):
+        OpGraph(["a", "b"], cost)
+
+
+def test_bad_memory_and_bytes_and_unknown_op():
+    with pytest.raises(GraphError, match="op 'a' has an invalid memory"):
+        OpGraph(["a"], [1.0], memory=[float("nan")])
+    with pytest.raises(GraphError, match="unknown op 'zz'"):
+        OpGraph(["a"], [1.0], [("a", "zz")])
+    with pytest.raises(GraphError, match="invalid byte count"):
+        OpGraph(["a", "b"], [1.0, 1.0], [("a", "b", -5)])
+    with pytest.raises(GraphError, match="more than once"):
+        OpGraph(["a", "a"], [1.0, 1.0])
+
+
+def test_networkx_round_trip_keeps_attributes():
+    g = nx.DiGraph()
+    g.add_node("x", cost=1.5, memory=8, op_type="MatMul")
+    g.add_node("y", cost={"GPU": 1.0, "CPU": 4.0}, colocation="v", device="/gpu:0")
+    g.add_node("z", cost={"GPU": 2.0, "CPU": 3.0}, colocation="v")
+    g.add_edge("x", "y", bytes=100)
+    g.add_edge("y", "z")
+    og = OpGraph.from_networkx(g)
+    assert og.device_types == ("CPU", "GPU")
+    assert og.cost[og.index["x"]].tolist() == [1.5, 1.5]
+    back = OpGraph.from_networkx(og.to_networkx())
+    assert back.names == og.names
+    np.testing.assert_array_equal(back.cost, og.cost)
+    np.testing.assert_array_equal(back.bytes, og.bytes)
+    assert back.pinned == og.pinned == {og.index["y"]: "/gpu:0"}
+    assert back.colocation[og.index["y"]] == back.colocation[og.index["z"]] >= 0
+    with pytest.raises(GraphError, match="no 'cost'"):
+        g.add_node("w")
+        OpGraph.from_networkx(g)
+
+
+def test_exec_times_by_type_and_speed():
+    g = OpGraph(["a"], [[2.0, np.inf]], device_types=["GPU", "CPU"])
+    c = Cluster([Device("g0", "GPU", speed=2.0), Device("c0", "CPU")])
+    assert g.exec_times(c).tolist() == [[1.0, np.inf]]
+    with pytest.raises(ClusterError, match="type 'TPU'"):
+        g.exec_times(Cluster([Device("t0", "TPU")]))
+
+
+# -- Cluster -------------------------------------------------------------------------
+def test_cluster_links_and_errors():
+    c = Cluster.multi_host(2, 2, intra_bandwidth=1e9, inter_bandwidth=1e8, inter_latency=1e-3)
+    assert c.names[2] == "/job:worker/task:1/device:device:0"
+    assert c.transfer_time(1e8, 0, 1) == pytest.approx(0.1)
+    assert c.transfer_time(1e8, 0, 2) == pytest.approx(1.001)
+    assert c.transfer_time(1e8, 3, 3) == 0.0
+    with pytest.raises(ClusterError, match="no devices"):
+        Cluster([])
+    with pytest.raises(ClusterError, match="at least one device"):
+        Cluster.homogeneous(0)
+    with pytest.raises(ClusterError, match="unknown device 'x'"):
+        c.device_index("x")
+    with pytest.raises(ClusterError, match="invalid speed"):
+        Cluster([Device("a", speed=0)])
+    with pytest.raises(ClusterError, match="bandwidth > 0"):
+        Cluster.homogeneous(2, bandwidth=0.0)
+
+
+# -- schedule(), registry, errors -----------------------------------------------------------
+def test_unknown_algorithm_lists_the_known_ones():
+    with pytest.raises(UnknownAlgorithmError, match="known algorithms: .*fddps.*single"):
+        fddps.schedule(diamond(), Cluster.homogeneous(2), algorithm="nope")
+
+
+def test_schedule_accepts_networkx_and_places_the_diamond_optimally():
+    s = fddps.schedule(diamond().to_networkx(), Cluster.homogeneous(2))
+    s.validate()
+    assert s.makespan == pytest.approx(5.0)  # a, then b || c, then d
+    df = s.to_dataframe()
+    assert set(df.columns) >= {"op", "device", "start", "finish"}
+    assert set(df.op) == {"a", "b", "c", "d"}
+
+
+def test_infeasible_memory_says_how_much():
+    g = diamond(memory=[10, 10, 10, 10])
+    with pytest.raises(InfeasibleError, match="needs 40 bytes .* has 30") as err:
+        fddps.schedule(g, Cluster.homogeneous(2, memory=15))
+    assert (err.value.needed, err.value.available) == (40, 30)
+    with pytest.raises(InfeasibleError, match="op 'a' needs 25 bytes"):
+        fddps.schedule(OpGraph(["a"], [1.0], memory=[25]), Cluster.homogeneous(3, memory=10))
+
+
+def test_memory_capacity_forces_a_spread_placement():
+    g = OpGraph(list("abcd"), [1.0] * 4, [("a", "b"), ("b", "c"), ("c", "d")], memory=[6] * 4)
+    c = Cluster.homogeneous(2, memory=12, bandwidth=1.0, latency=100.0)
+    for algorithm in fddps.available_algorithms():
+        if algorithm == "single":
+            with pytest.raises(InfeasibleError):
+                fddps.schedule(g, c, algorithm=algorithm)
+            continue
+        s = fddps.schedule(g, c, algorithm=algorithm).validate()
+        assert s.device_memory().max() <= 12
+
+
+def test_op_with_no_runnable_device_is_named():
+    g = OpGraph(["a", "b"], [[1.0, 1.0], [np.inf, np.inf]], [("a", "b")], device_types=["GPU", "CPU"],
+                op_types=["MatMul", "Weird"])
+    c = Cluster([Device("g", "GPU"), Device("c", "CPU")])
+    with pytest.raises(InfeasibleError, match="op 'b' \\(Weird\\) can run on no device"):
+        fddps.schedule(g, c)
+
+
+def test_pins_and_colocation_are_obeyed():
+    g = OpGraph(list("abcd"), [1.0] * 4, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+                colocation=[None, "v", None, "v"], pinned={"c": "1"})
+    c = Cluster.homogeneous(3)
+    for algorithm in fddps.available_algorithms():
+        if algorithm == "single":
+            continue
+        s = fddps.schedule(g, c, algorithm=algorithm).validate()
+        assert s.placement["c"] == "1"
+        assert s.placement["b"] == s.placement["d"]
+    with pytest.raises(ClusterError, match="pinned to 'gpu9'"):
+        fddps.schedule(OpGraph(["a"], [1.0], pinned={"a": "gpu9"}), c)
+
+
+# -- validate() catches broken schedules ------------------------------------------------
+def test_validate_rejects_each_broken_constraint():
+    g = diamond()
+    c = Cluster.homogeneous(2, bandwidth=10.0)
+    good = fddps.schedule(g, c).validate()
+
+    def broken(**changes):
+        s = fddps.Schedule(g, c, good.device, good.order, good.start.copy(), good.finish.copy())
+        for key, value in changes.items():
+            setattr(s, key, value)
+        return s
+
+    late = good.start.copy()
+    late[g.index["d"]] -= 0.5
+    with pytest.raises(InvalidScheduleError):
+        broken(start=late).validate()
+    short = good.finish.copy()
+    short[g.index["b"]] -= 0.5
+    with pytest.raises(InvalidScheduleError, match="op 'b' runs"):
+        broken(finish=short).validate()
+    together = np.zeros(4, dtype=np.int64)
+    with pytest.raises(InvalidScheduleError):
+        fddps.Schedule(g, c, together, [np.arange(4), []], [0, 1, 1, 4], [1, 3, 4, 5]).validate()
+    with pytest.raises(InvalidScheduleError, match="capacity"):
+        tight = Cluster.homogeneous(2, memory=1.0)
+        gm = diamond(memory=[1, 1, 1, 1])
+        fddps.Schedule(gm, tight, together, [np.arange(4), []], [0, 1, 3, 6], [1, 3, 6, 7]).validate()
+
+
+# -- simulator -----------------------------------------------------------------------------
+def test_schedule_makespan_equals_simulated_makespan():
+    g = diamond(memory=[1, 2, 3, 4], transient=[5, 5, 5, 5])
+    c = Cluster.homogeneous(2, bandwidth=20.0, latency=0.1)
+    s = fddps.schedule(g, c)
+    order = [[g.names[i] for i in seq] for seq in s.order]
+    t = fddps.simulate(g, c, s.placement, order)
+    assert t.makespan == pytest.approx(s.makespan, rel=1e-12)
+    assert t.busy.sum() == pytest.approx(7.0)
+
+
+def test_simulator_counts_transfers_and_peak_memory():
+    g = OpGraph(["a", "b", "c"], [1.0, 1.0, 1.0], [("a", "b", 100), ("a", "c", 100)],
+                memory=[10, 0, 0], transient=[100, 50, 50])
+    c = Cluster.homogeneous(2, bandwidth=100.0)
+    t = fddps.simulate(g, c, {"a": "0", "b": "0", "c": "1"})
+    assert t.makespan == pytest.approx(3.0)  # c waits 1 s for its input
+    assert t.transfers[["src", "dst", "bytes", "tensors"]].values.tolist() == [["0", "1", 100.0, 1]]
+    # Device 0: a's 10 persistent + its 100-byte output + b's 50 while b runs.
+    assert t.peak_memory["0"] == pytest.approx(160)
+    # Device 1: the received 100-byte copy + c's 50.
+    assert t.peak_memory["1"] == pytest.approx(150)
+    with pytest.raises(GraphError, match="no device for op 'c'"):
+        fddps.simulate(g, c, {"a": "0", "b": "0"})
+    with pytest.raises(InvalidScheduleError, match="can never start"):
+        fddps.simulate(g, c, {"a": "0", "b": "0", "c": "0"}, order=[["b", "a", "c"], []])
+
+
+def test_fifo_simulation_runs_ready_ops_first_in_topological_order():
+    g = OpGraph(["a", "b", "c"], [1.0, 2.0, 3.0], [("a", "c")])
+    t = fddps.simulate(g, Cluster.homogeneous(1), ["0", "0", "0"])
+    assert t.makespan == 6.0
+    assert list(t.ops.sort_values("start").op) in (["a", "b", "c"], ["b", "a", "c"], ["a", "c", "b"])
+
+
+def test_lower_bound():
+    g = diamond()
+    assert fddps.lower_bound(g, Cluster.homogeneous(1)) == 7.0
+    assert fddps.lower_bound(g, Cluster.homogeneous(4)) == 5.0
+
+
+# -- STG -------------------------------------------------------------------------------------
+@needs_stg
+def test_read_stg_and_optimal_values():
+    g = read_stg(STG / "50" / "rand0000.stg")
+    assert g.num_ops == 52 and g.cost[0, 0] == 0 and g.cost[-1, 0] == 0
+    assert g.cost[1, 0] == 9
+    opt = read_optimal_values(STG / "Optimal_values" / "Case50_2_OPT.csv")
+    assert opt.iloc[0].tolist()[:3] == ["50/rand0000.stg", 2, 131.0]
+    assert opt.proven.mean() > 0.8
+    s = fddps.schedule(g, Cluster.homogeneous(2)).validate()
+    assert s.makespan >= 131.0
+
+
+def test_read_stg_rejects_malformed_files(tmp_path):
+    bad = tmp_path / "bad.stg"
+    bad.write_text("2\n0 0 0\n1 x 1 0\n")
+    with pytest.raises(GraphError, match="bad.stg:3"):
+        read_stg(bad)
+    short = tmp_path / "short.stg"
+    short.write_text("3\n0 0 0\n1 4 1 0\n")
+    with pytest.raises(GraphError, match="expected 3 tasks"):
+        read_stg(short)
