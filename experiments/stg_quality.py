@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 import fddps
+from fddps.algorithms import parse_algorithm
 from fddps.stg import read_optimal_values, read_stg
 
 DEFAULT_STG = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "stg"
@@ -65,7 +66,8 @@ def run(root, algorithms, sizes=(50, 100), procs=(2, 4, 8, 16), limit=None, prog
         cluster = fddps.Cluster.homogeneous(inst.processors)
         for name in algorithms:
             t0 = time.perf_counter()
-            s = fddps.schedule(g, cluster, algorithm=name)
+            algorithm, options = parse_algorithm(name)
+            s = fddps.schedule(g, cluster, algorithm=algorithm, **options)
             seconds = time.perf_counter() - t0
             s.validate()
             rows.append(dict(size=inst.size, graph=inst.graph, processors=inst.processors,
@@ -94,11 +96,12 @@ def main(argv=None):
     parser.add_argument("--procs", type=int, nargs="+", default=[2, 4, 8, 16])
     parser.add_argument("--limit", type=int, help="at most this many graphs per (size, processors)")
     parser.add_argument("--algorithms", nargs="+", default=None,
-                        help=f"default: all ({', '.join(fddps.available_algorithms())})")
+                        help="names or specs like fddps:improve=False; default: all "
+                             f"({', '.join(fddps.available_algorithms())})")
     parser.add_argument("--out", default="experiments/results/stg_quality.csv")
     args = parser.parse_args(argv)
     root = stg_root(args.stg)
-    algorithms = args.algorithms or fddps.available_algorithms()
+    algorithms = args.algorithms or fddps.available_algorithms() + ["fddps:improve=False"]
     t0 = time.perf_counter()
     results = run(root, algorithms, args.sizes, args.procs, args.limit)
     summary = summarize(results)

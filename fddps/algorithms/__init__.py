@@ -5,7 +5,7 @@ with a :class:`~fddps.algorithms.base.Scheduler` subclass decorated with
 :func:`~fddps.algorithms.base.register`, imported here.
 """
 
-from .base import Scheduler, available_algorithms, get_algorithm, register
+from .base import Scheduler, available_algorithms, get_algorithm, parse_algorithm, register
 from . import fddps, single  # noqa: F401  (registration)
 
-__all__ = ["Scheduler", "available_algorithms", "get_algorithm", "register"]
+__all__ = ["Scheduler", "available_algorithms", "get_algorithm", "parse_algorithm", "register"]

@@ -49,6 +49,32 @@ def get_algorithm(name: str, **options) -> "Scheduler":
     return cls(**options)
 
 
+def parse_algorithm(spec: str) -> tuple[str, dict]:
+    """Split ``"name:key=value,key=value"`` into a name and its options.
+
+    Values are read as Python literals where they parse (``False``, ``3``,
+    ``0.5``), else kept as strings. Used by the experiments and the command line.
+
+    Examples
+    --------
+    >>> parse_algorithm("fddps:improve=False,restarts=3")
+    ('fddps', {'improve': False, 'restarts': 3})
+    """
+    import ast
+
+    name, _, rest = spec.partition(":")
+    options = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"algorithm option {item!r} in {spec!r} is not key=value")
+        try:
+            options[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            options[key.strip()] = value.strip()
+    return name.strip(), options
+
+
 class Scheduler:
     """Interface of a scheduling algorithm.
 

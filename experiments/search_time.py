@@ -1,0 +1,107 @@
+"""Search time and peak memory of every algorithm against graph size.
+
+Graphs are :func:`fddps.generators.training_graph` (a forward pass with
+branches, a mirrored backward pass, weight updates) of 1k, 10k, 50k and 100k
+ops, scheduled on 8 identical devices with 10 GB/s links and 10 us latency.
+Each (algorithm, size) runs in a fresh process, so its peak memory is measured
+alone: ``peak_mb`` is the growth of the process's maximum resident set size
+during the search (the graph is built before). The growth exponent is the
+slope of log(time) against log(ops + edges): 1 is linear.
+
+Usage::
+
+    python -m experiments.search_time                        # all algorithms, all sizes
+    python -m experiments.search_time --sizes 1000 10000 --algorithms fddps heft
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import fddps
+from fddps.algorithms import parse_algorithm
+
+
+def _measure(algorithm, size, devices, seed, queue):
+    from fddps.generators import training_graph
+
+    graph = training_graph(size, seed=seed)
+    cluster = fddps.Cluster.homogeneous(devices, bandwidth=10e9, latency=1e-5)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    name, options = parse_algorithm(algorithm)
+    s = fddps.schedule(graph, cluster, algorithm=name, **options)
+    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    s.validate()
+    queue.put(dict(algorithm=algorithm, ops=graph.num_ops, edges=graph.num_edges, seconds=seconds,
+                   peak_mb=(after - before) / 1024, makespan=s.makespan,
+                   ratio_to_bound=s.makespan / fddps.lower_bound(graph, cluster)))
+
+
+def measure(algorithm, size, devices=8, seed=0, timeout=600):
+    """One run in a fresh process; a dict of what it measured (``seconds`` is NaN on time-out)."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_measure, args=(algorithm, size, devices, seed, queue))
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        return dict(algorithm=algorithm, ops=size, edges=np.nan, seconds=np.nan, peak_mb=np.nan,
+                    makespan=np.nan, ratio_to_bound=np.nan)
+    if proc.exitcode != 0:
+        raise RuntimeError(f"{algorithm} on {size} ops failed (exit code {proc.exitcode})")
+    return queue.get()
+
+
+def growth_exponent(df: pd.DataFrame) -> pd.Series:
+    """Per algorithm, the slope of log(seconds) against log(ops + edges)."""
+    def slope(g):
+        g = g.dropna(subset=["seconds"])
+        g = g[g.seconds > 0]
+        if len(g) < 2:
+            return np.nan
+        return np.polyfit(np.log(g.ops + g.edges), np.log(g.seconds), 1)[0]
+    return df.groupby("algorithm").apply(slope, include_groups=False).rename("growth_exponent")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 50000, 100000])
+    parser.add_argument("--algorithms", nargs="+", default=None,
+                        help="names or specs like fddps:improve=False (default: all)")
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run before giving up")
+    parser.add_argument("--out", default="experiments/results/search_time.csv")
+    args = parser.parse_args(argv)
+    algorithms = args.algorithms or fddps.available_algorithms() + ["fddps:improve=False"]
+    from tqdm import tqdm
+
+    rows = []
+    runs = [(a, n) for n in args.sizes for a in algorithms]
+    for algorithm, size in tqdm(runs, desc="search time", unit="run"):
+        rows.append(measure(algorithm, size, args.devices, timeout=args.timeout))
+    df = pd.DataFrame(rows)
+    print(f"Search time on training-shaped graphs, {args.devices} identical devices "
+          f"(10 GB/s, 10 us), one fresh process per run, 1 repetition:")
+    with pd.option_context("display.width", 160, "display.precision", 3):
+        print(df.to_string(index=False))
+        print()
+        print(growth_exponent(df).to_string())
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out, index=False)
+    print(f"results: {args.out}")
+    return df
+
+
+if __name__ == "__main__":
+    main()
