@@ -1,0 +1,108 @@
+"""FastT: static critical-path priorities, earliest-start device choice.
+
+Source: X. Yi, Z. Luo, C. Meng, M. Wang, G. Long, C. Wu, J. Yang, W. Lin,
+"Fast Training of Deep Learning Models over Multiple GPUs", 21st ACM/IFIP
+International Middleware Conference (Middleware '20), pp. 105-118, 2020,
+doi:10.1145/3423211.3425675. (The FD-DPS paper cites it as [20]; the CoNEXT '20
+paper by the same group, "Optimizing distributed training deployment in
+heterogeneous GPU clusters", is HeteroG, a different system.) We follow FastT as
+the FD-DPS paper and DESIGN.md characterise it, which is the variant FD-DPS was
+compared against: "fine-grained static operator priority and the critical path
+to place and schedule operators" -- one critical-path computation, priorities
+that never change, and each op on the device where it can start earliest.
+
+The algorithm:
+
+1. One critical-path computation on the unplaced graph, with every op at its
+   mean execution time over the devices it may run on and every edge at its
+   mean transfer time: ``EST`` (top level: longest path from an entry to the
+   op's start) and ``LST = CPL - blevel`` (``blevel``: the op's time plus the
+   longest path below it; ``CPL``: the critical path length).
+2. Static priority: the slack ``LST - EST``, smallest first (ops on the critical
+   path have slack 0 and come first), i.e. the largest ``EST + blevel``; ties
+   by larger ``blevel``, then topological position. Never updated.
+3. List scheduling: among ready ops (every parent placed) the one with the
+   highest static priority goes to the device where it can *start* earliest
+   (inputs arrived, device idle; idle gaps between placed ops may be used with
+   ``insertion=True``); ties by earlier finish, then lower device index.
+
+Where we had to interpret:
+
+- FastT's own cost model (profiled times, transfer regression) is replaced by
+  the graph's cost table and the cluster's links, like every fddps algorithm.
+- Memory: devices without room for the op (``memory + transient`` reserved for
+  the step) are skipped, as are devices other than a pinned or colocated one;
+  :class:`~fddps.errors.InfeasibleError` names an op no device can hold.
+- FastT also splits ops on the critical path to run them data-parallel. That
+  is a graph rewrite, applied by :mod:`fddps.split` (when present) before any
+  scheduler runs; this module schedules the graph it is given.
+- The returned schedule keeps FastT's placement and per-device order (FastT
+  enforces its order with control dependencies) and replays it.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from .base import PlacementState, Scheduler, bottom_levels, register, top_levels
+from .heft import topological_position
+
+
+def static_priority(state: PlacementState) -> np.ndarray:
+    """Rank of every op under FastT's static priority (0 = scheduled first when ready).
+
+    Smallest slack ``LST - EST`` first (largest ``EST + blevel``), then larger
+    ``blevel``, then topological position.
+    """
+    g = state.graph
+    et, comm = state.mean_exec_time(), state.mean_edge_comm()
+    blevel = bottom_levels(g, et, comm)
+    tlevel = top_levels(g, et, comm)
+    rank = np.empty(g.num_ops, dtype=np.int64)
+    rank[np.lexsort((topological_position(g), -blevel, -(tlevel + blevel)))] = np.arange(g.num_ops)
+    return rank
+
+
+@register
+class FastT(Scheduler):
+    """FastT's device placement and operation sequencing with static priorities.
+
+    Parameters
+    ----------
+    insertion : bool
+        Let an op start in an idle gap between ops already on a device
+        (default True); with False only after a device's last op.
+    """
+
+    name = "fastt"
+
+    def __init__(self, insertion=True):
+        self.insertion = insertion
+
+    def _schedule(self, graph, cluster):
+        state = PlacementState(graph, cluster)
+        rank = static_priority(state).tolist()
+        waiting = np.diff(graph.pred_ptr).tolist()
+        succ_ptr, succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
+        ready = [(rank[i], i) for i in range(graph.num_ops) if waiting[i] == 0]
+        heapq.heapify(ready)
+        et_rows, timelines, insertion = state.et_rows, state.timelines, self.insertion
+        while ready:
+            _, i = heapq.heappop(ready)
+            row = et_rows[i]
+            best = None
+            for k in state.candidates(i):
+                s = timelines[k].earliest_start(state.ready_time(i, k), row[k], insertion)
+                key = (s, s + row[k])
+                if best is None or key < best[0]:
+                    best = (key, k, s)
+            _, k, s = best
+            state.place(i, k, s)
+            for q in range(succ_ptr[i], succ_ptr[i + 1]):
+                j = succ_idx[q]
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, (rank[j], j))
+        return state.to_schedule(self.name, {"planned_makespan": max(state.finish, default=0.0)})
