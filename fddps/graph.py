@@ -68,6 +68,9 @@ class OpGraph:
         Group key per op; ops with the same key must share a device.
     pinned : mapping of op name to device name, optional
         Ops that must run on the named device.
+    split_candidates : sequence of fddps.split.SplitCandidate, optional
+        Ops that FD-DPS may split into parts (intra-op parallelism); the
+        TensorFlow adapter fills this from tensor shapes.
 
     Raises
     ------
@@ -86,7 +89,7 @@ class OpGraph:
 
     def __init__(self, names: Sequence[Hashable], cost, edges=(), *, memory=None,
                  transient=None, device_types=None, op_types=None, colocation=None,
-                 pinned: Mapping | None = None):
+                 pinned: Mapping | None = None, split_candidates=()):
         self.names = tuple(names)
         n = len(self.names)
         self.index = {name: i for i, name in enumerate(self.names)}
@@ -132,6 +135,10 @@ class OpGraph:
                 raise GraphError(f"pinned op {name!r} is not in the graph")
             self.pinned[self.index[name]] = device
 
+        self.split_candidates = tuple(split_candidates)
+        for cand in self.split_candidates:
+            if cand.op not in self.index:
+                raise GraphError(f"split candidate {cand.op!r} is not an op of the graph")
         self._build_edges(edges)
         self.topo = self._topological_order()
         for arr in (self.cost, self.memory, self.transient, self.colocation, self.src,

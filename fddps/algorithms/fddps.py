@@ -56,8 +56,11 @@ Then (our addition, not the paper's) forward-backward passes refine the list
 schedule (:mod:`fddps.algorithms.justify`); ``improve=False`` turns them off.
 Finally, if running everything on the best single device is faster than the
 list schedule (possible when transfers dominate), that schedule is returned.
-Intra-op splitting (the paper's lines 2-6) lives in :mod:`fddps.split` and runs
-before this search when the graph carries split rules.
+Intra-op splitting (the paper's lines 2-6) lives in :mod:`fddps.split`: when
+the graph carries split candidates, the ops the cost model says are worth it
+are split, the split graph is scheduled as above, and it is kept only if its
+step is shorter than the unsplit graph's. ``Schedule.info["splits"]`` lists
+the decisions (:func:`fddps.split.decisions_table` makes the paper's Table 6).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ import numpy as np
 
 from ..schedule import Schedule
 from .base import PlacementState, Scheduler, bottom_levels, register
+from ..split import apply_splits, plan_splits
 from .justify import forward_backward_improve
 from .single import best_single_device
 
@@ -95,13 +99,18 @@ class FDDPS(Scheduler):
         passes on a 10-op graph, one on a 100k-op graph).
     restarts, seed
         Perturbed restarts of the refinement, and their random seed.
+    split : bool
+        Split the graph's :attr:`~fddps.OpGraph.split_candidates` where the
+        cost model says it pays (:mod:`fddps.split`), and keep the split graph
+        when its schedule is faster (default True). ``split=False`` is the
+        paper's D-DPS(-F).
     """
 
     name = "fddps"
 
     def __init__(self, insertion=True, lookahead=True, prefer_parent=True,
                  single_device_guard=True, improve=True, improve_budget=200_000,
-                 restarts=10, seed=0):
+                 restarts=10, seed=0, split=True):
         self.insertion = insertion
         self.lookahead = lookahead
         self.prefer_parent = prefer_parent
@@ -110,8 +119,24 @@ class FDDPS(Scheduler):
         self.improve_budget = improve_budget
         self.restarts = restarts
         self.seed = seed
+        self.split = split
 
     def _schedule(self, graph, cluster) -> Schedule:
+        result = self._schedule_whole_ops(graph, cluster)
+        if self.split and graph.split_candidates:
+            decisions = plan_splits(graph, cluster)
+            result.info["splits_planned"] = len(decisions)
+            if decisions:
+                split_result = self._schedule_whole_ops(apply_splits(graph, decisions), cluster)
+                # Keep the split graph only when it predicts a shorter step.
+                if split_result.makespan < result.makespan:
+                    split_result.info.update(splits_planned=len(decisions), splits=decisions,
+                                             unsplit_makespan=result.makespan)
+                    result = split_result
+        result.info.setdefault("splits", [])
+        return result
+
+    def _schedule_whole_ops(self, graph, cluster) -> Schedule:
         state = PlacementState(graph, cluster)
         stats = self._list_schedule(state)
         result = state.to_schedule(self.name, stats)
