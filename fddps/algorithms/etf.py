@@ -214,7 +214,8 @@ class MTOPO(Scheduler):
             if chosen < 0:
                 within = [k for k in devs if mem_used[k] + extra <= budget[k]]
                 chosen = within[0] if within else devs[0]
-            state.place(i, chosen, 0.0)
+            # Times come from the FIFO replay below; appending keeps the timeline cheap.
+            state.place(i, chosen, state.timelines[chosen].free_at)
 
         device = np.asarray(state.device, dtype=np.int64)
         order = fifo_order(graph, cluster, device, state.et)
