@@ -303,3 +303,40 @@ def test_networkx_input_is_not_modified():
     for algorithm in BASELINES:
         fddps.schedule(g, Cluster.homogeneous(2), algorithm).validate()
     assert (nx.to_dict_of_dicts(g), dict(g.nodes(data=True))) == before
+
+
+# -- FastT's splitting of critical-path ops -------------------------------------------------
+
+def conv_branches(side_cost):
+    """x -> conv (8 s, splittable on a batch of 8) -> relu, beside x -> side -> end."""
+    from fddps.split import SplitCandidate, rules_for
+
+    rule = rules_for("Conv2D", {"data_format": "NHWC"})[0]
+    cand = SplitCandidate("conv", rule, 8, (("x", 1e3),), 1e3, slice_cost=(0.01,),
+                          combine_cost=(0.01,))
+    return OpGraph(["x", "w", "conv", "relu", "side", "end"], [0.1, 0.0, 8.0, 0.1, side_cost, 0.1],
+                   [("x", "conv", 1e3), ("w", "conv", 1e3), ("conv", "relu", 1e3),
+                    ("x", "side", 1e3), ("side", "end", 1e3)], split_candidates=[cand])
+
+
+def test_fastt_splits_an_op_on_the_critical_path():
+    graph = conv_branches(side_cost=1.0)
+    cluster = Cluster.homogeneous(4, bandwidth=1e6, latency=1e-4)
+    whole = fddps.schedule(graph, cluster, "fastt", split=False).validate()
+    split = fddps.schedule(graph, cluster, "fastt").validate()
+    assert whole.info["splits"] == [] and whole.graph is graph
+    assert [d.candidate.op for d in split.info["splits"]] == ["conv"]
+    assert split.makespan < 0.5 * whole.makespan
+    assert split.info["unsplit_makespan"] == pytest.approx(whole.makespan)
+
+
+def test_fastt_leaves_near_critical_ops_whole():
+    # The side branch (8.5 s) is the critical path; conv has a little slack.
+    # FD-DPS's planner would take it (slack under 10% of the path), FastT does not.
+    from fddps.split import plan_splits
+
+    graph = conv_branches(side_cost=8.5)
+    cluster = Cluster.homogeneous(4, bandwidth=1e6, latency=1e-4)
+    assert [d.candidate.op for d in plan_splits(graph, cluster)] == ["conv"]
+    result = fddps.schedule(graph, cluster, "fastt").validate()
+    assert result.info["splits_planned"] == 0 and result.graph is graph

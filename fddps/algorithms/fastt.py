@@ -33,9 +33,18 @@ Where we had to interpret:
 - Memory: devices without room for the op (``memory + transient`` reserved for
   the step) are skipped, as are devices other than a pinned or colocated one;
   :class:`~fddps.errors.InfeasibleError` names an op no device can hold.
-- FastT also splits ops on the critical path to run them data-parallel. That
-  is a graph rewrite, applied by :mod:`fddps.split` (when present) before any
-  scheduler runs; this module schedules the graph it is given.
+- Splitting: FastT also splits ops on the critical path into parts on several
+  devices. With ``split=True`` (default) the graph's
+  :attr:`~fddps.OpGraph.split_candidates` that lie exactly on the critical path
+  (slack 0, where FD-DPS also takes near-critical ones) are split into the
+  number of parts the cost model of :func:`fddps.split.plan_splits` prefers,
+  the split graph is scheduled as above, and it is kept when its step is
+  shorter. FastT's own search tries splits and reruns its placement to keep
+  the ones that help; deciding them from the cost model, all at once, is our
+  simplification and the machinery FD-DPS uses, so the two differ only in
+  which ops they consider.
+  ``Schedule.info["splits"]`` lists the decisions; a split schedule is a
+  schedule of the rewritten graph (``Schedule.graph``).
 - The returned schedule keeps FastT's placement and per-device order (FastT
   enforces its order with control dependencies) and replays it.
 """
@@ -46,6 +55,7 @@ import heapq
 
 import numpy as np
 
+from ..split import apply_splits, plan_splits
 from .base import PlacementState, Scheduler, bottom_levels, register, top_levels
 from .heft import topological_position
 
@@ -74,14 +84,36 @@ class FastT(Scheduler):
     insertion : bool
         Let an op start in an idle gap between ops already on a device
         (default True); with False only after a device's last op.
+    split : bool
+        Split critical-path ops among the graph's split candidates when the
+        split graph's schedule is shorter (default True; see the module docstring).
     """
 
     name = "fastt"
 
-    def __init__(self, insertion=True):
+    #: Slack, as a fraction of the critical path, under which an op counts as
+    #: on it (float rounding only: FastT splits critical ops alone).
+    CRITICAL_SLACK = 1e-9
+
+    def __init__(self, insertion=True, split=True):
         self.insertion = insertion
+        self.split = split
 
     def _schedule(self, graph, cluster):
+        result = self._schedule_whole_ops(graph, cluster)
+        if self.split and graph.split_candidates:
+            decisions = plan_splits(graph, cluster, critical_slack=self.CRITICAL_SLACK)
+            result.info["splits_planned"] = len(decisions)
+            if decisions:
+                split_result = self._schedule_whole_ops(apply_splits(graph, decisions), cluster)
+                if split_result.makespan < result.makespan:
+                    split_result.info.update(splits_planned=len(decisions), splits=decisions,
+                                             unsplit_makespan=result.makespan)
+                    result = split_result
+        result.info.setdefault("splits", [])
+        return result
+
+    def _schedule_whole_ops(self, graph, cluster):
         state = PlacementState(graph, cluster)
         rank = static_priority(state).tolist()
         waiting = np.diff(graph.pred_ptr).tolist()
