@@ -8,6 +8,10 @@
 - :func:`local_cluster`: start ``tf.distribute.Server`` workers on this machine.
 """
 
-from .graphdef import op_table
+from .devices import DEFAULT_CPU_MEMORY, make_cluster, normalize_device, parse_device
+from .graphdef import load_graph, op_table
+from .local_cluster import local_cluster
+from .place import Placement, place, read_graph_def
 
-__all__ = ["op_table"]
+__all__ = ["place", "Placement", "local_cluster", "read_graph_def", "op_table", "load_graph",
+           "make_cluster", "parse_device", "normalize_device", "DEFAULT_CPU_MEMORY"]

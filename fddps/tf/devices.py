@@ -1,0 +1,224 @@
+"""TensorFlow device strings, and the :class:`~fddps.cluster.Cluster` built from them.
+
+Device strings are parsed and normalised by TensorFlow's own ``tf.DeviceSpec``:
+``/cpu:0`` becomes ``/device:CPU:0``, ``/job:worker/task:1/device:GPU:0`` keeps
+its job and task. A host is the ``(job, replica, task)`` triple (missing
+replica and task count as 0; a string without a job is the local process).
+
+Memory per device, first found:
+
+1. the ``memory=`` argument (bytes for all devices, or a mapping by device
+   string or device type);
+2. the :class:`~fddps.cluster.Cluster` passed in, if one was;
+3. :data:`DEFAULT_CPU_MEMORY` (64 GiB) for CPU devices: host memory is large
+   and swaps, and the CPU devices of one process share it;
+4. the cost model's ``device_memory(type)`` (its hardware preset) for the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..cluster import Cluster, Device
+from ..errors import ClusterError
+from .graphdef import _tf
+
+#: Capacity assumed for a CPU device when none is given (bytes).
+DEFAULT_CPU_MEMORY = 64 * 2**30
+
+#: Device types accepted besides those the local kernel registry knows.
+KNOWN_DEVICE_TYPES = frozenset({"CPU", "GPU", "TPU"})
+
+_registry_types = None
+
+
+def known_device_types() -> frozenset:
+    """Device types this TensorFlow build registers kernels for, plus CPU, GPU and TPU."""
+    global _registry_types
+    if _registry_types is None:
+        from tensorflow.python.framework import kernels
+
+        _tf()
+        found = {k.device_type for k in kernels.get_all_registered_kernels().kernel}
+        _registry_types = frozenset(found - {"DEFAULT"}) | KNOWN_DEVICE_TYPES
+    return _registry_types
+
+
+def parse_device(name, what: str = "device"):
+    """Parse one concrete TensorFlow device string into a ``tf.DeviceSpec``.
+
+    Parameters
+    ----------
+    name : str
+        ``/device:CPU:0``, ``/cpu:0``, ``/job:worker/replica:0/task:1/device:GPU:0``, ...
+    what : str
+        How to call the string in error messages.
+
+    Returns
+    -------
+    tf.DeviceSpec
+
+    Raises
+    ------
+    ClusterError
+        If ``name`` is not a string, does not parse, names no device type or
+        index (``/device:CPU:*``), or an unknown device type; the message names it.
+
+    Examples
+    --------
+    >>> parse_device("/cpu:1").to_string()
+    '/device:CPU:1'
+    """
+    tf = _tf()
+    if not isinstance(name, str) or not name.strip():
+        raise ClusterError(f"{what} must be a non-empty TensorFlow device string, got {name!r}")
+    try:
+        spec = tf.DeviceSpec.from_string(name.strip())
+    except (ValueError, TypeError) as e:
+        raise ClusterError(f"malformed {what} {name!r}: {e}") from None
+    if spec.device_type is None:
+        raise ClusterError(f"{what} {name!r} names no device type (expected e.g. '/device:CPU:0')")
+    if spec.device_index is None:
+        raise ClusterError(f"{what} {name!r} names no device index (expected e.g. "
+                           f"'/device:{spec.device_type}:0')")
+    if spec.device_type.upper() not in known_device_types():
+        raise ClusterError(f"{what} {name!r} has unknown device type {spec.device_type!r}; "
+                           f"known types: {sorted(known_device_types())}")
+    return spec.replace(device_type=spec.device_type.upper())
+
+
+def normalize_device(name, what: str = "device") -> str:
+    """The canonical form of a device string (``/cpu:0`` -> ``/device:CPU:0``)."""
+    return parse_device(name, what).to_string()
+
+
+def host_of(spec) -> str:
+    """The host of a device, ``/job:J/replica:R/task:T`` (``/job:localhost/...`` without a job)."""
+    job = spec.job or "localhost"
+    return f"/job:{job}/replica:{spec.replica or 0}/task:{spec.task or 0}"
+
+
+def device_matches(requested, device) -> bool:
+    """Whether the (possibly partial) ``requested`` device spec covers ``device``.
+
+    Every field set in ``requested`` must equal ``device``'s (a missing field in
+    ``device`` matches the job ``localhost``, replica 0 and task 0). Both may be
+    strings or ``tf.DeviceSpec``.
+
+    >>> device_matches("/device:CPU:*", "/job:localhost/replica:0/task:0/device:CPU:3")
+    True
+    >>> device_matches("/job:worker/task:1", "/job:worker/replica:0/task:0/device:CPU:0")
+    False
+    """
+    tf = _tf()
+    r = requested if isinstance(requested, tf.DeviceSpec) else tf.DeviceSpec.from_string(requested)
+    d = device if isinstance(device, tf.DeviceSpec) else tf.DeviceSpec.from_string(device)
+    dev_fields = {"job": d.job or "localhost", "replica": d.replica or 0, "task": d.task or 0,
+                  "device_type": (d.device_type or "").upper(), "device_index": d.device_index}
+    req_fields = {"job": r.job, "replica": r.replica, "task": r.task,
+                  "device_type": r.device_type.upper() if r.device_type else None,
+                  "device_index": r.device_index}
+    return all(v is None or dev_fields[k] == v for k, v in req_fields.items())
+
+
+def same_device(a, b) -> bool:
+    """Whether two device strings name the same device (a missing job is the local one)."""
+    return device_matches(a, b) and device_matches(b, a)
+
+
+def _capacity(memory, name, spec, cost_model, given):
+    dtype = spec.device_type
+    if memory is not None:
+        if isinstance(memory, Mapping):
+            for key in (name, spec.to_string(), dtype):
+                if key in memory:
+                    return _bytes(memory[key], f"memory[{key!r}]")
+        else:
+            return _bytes(memory, "memory")
+    if given is not None:
+        return given
+    if dtype == "CPU":
+        return float(DEFAULT_CPU_MEMORY)
+    try:
+        return float(cost_model.device_memory(dtype))
+    except Exception as e:  # noqa: BLE001 - any cost model's refusal
+        raise ClusterError(f"no memory capacity for device {name!r}: the cost model has none for "
+                           f"type {dtype!r} ({e}); pass memory={{'{dtype}': bytes}}") from None
+
+
+def _bytes(value, what):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ClusterError(f"{what} must be a number of bytes, got {value!r}") from None
+    if not v >= 0:
+        raise ClusterError(f"{what} must be >= 0 bytes, got {value!r}")
+    return v
+
+
+def make_cluster(devices, cost_model, memory=None) -> Cluster:
+    """A :class:`Cluster` of TensorFlow devices, links from the cost model.
+
+    Parameters
+    ----------
+    devices : sequence of str, or Cluster
+        TensorFlow device strings, or a Cluster whose device names are such
+        strings (its speeds, memory and links are kept; names are normalised and
+        device types set from the names).
+    cost_model : object
+        Gives ``link(src, dst) -> (latency_s, bandwidth_Bps)`` and
+        ``device_memory(device_type) -> bytes``.
+    memory : float or mapping, optional
+        Capacity in bytes for every device, or by device string or device type.
+
+    Returns
+    -------
+    Cluster
+        Devices named by their normalised strings, typed ``"CPU"``/``"GPU"``/...,
+        hosted on their ``(job, replica, task)``.
+
+    Raises
+    ------
+    ClusterError
+        On an empty device list, a malformed or unknown device string (named),
+        two strings naming one device, or a bad memory value.
+    """
+    if isinstance(devices, Cluster):
+        given = devices
+        names = list(devices.names)
+    else:
+        given = None
+        if isinstance(devices, str):
+            devices = [devices]
+        try:
+            names = list(devices)
+        except TypeError:
+            raise ClusterError(f"devices must be a list of TensorFlow device strings or a "
+                               f"Cluster, got {type(devices).__name__}") from None
+    if not names:
+        raise ClusterError("devices is empty: give at least one TensorFlow device string "
+                           "(e.g. ['/device:CPU:0'])")
+    specs = [parse_device(name, "device") for name in names]
+    normal = [s.to_string() for s in specs]
+    for i in range(len(specs)):
+        for j in range(i):
+            if same_device(specs[i], specs[j]):
+                raise ClusterError(f"devices {names[j]!r} and {names[i]!r} name the same device")
+    out = []
+    for k, (name, spec) in enumerate(zip(names, specs)):
+        cap_given = float(given.devices[k].memory) if given is not None else None
+        cap = _capacity(memory, name, spec, cost_model, cap_given)
+        speed = given.devices[k].speed if given is not None else 1.0
+        out.append(Device(normal[k], type=spec.device_type, speed=speed, memory=cap,
+                          host=host_of(spec)))
+    if given is not None:
+        return Cluster(out, bandwidth=given.bandwidth, latency=given.latency)
+    m = len(out)
+    lat, bw = np.zeros((m, m)), np.full((m, m), np.inf)
+    for i in range(m):
+        for j in range(m):
+            if i != j:
+                lat[i, j], bw[i, j] = cost_model.link(normal[i], normal[j])
+    return Cluster(out, bandwidth=bw, latency=lat)

@@ -1,0 +1,553 @@
+"""Place a TensorFlow training graph on devices: :func:`place` and :class:`Placement`.
+
+``place(graph_def, devices)`` reads the GraphDef (:func:`read_graph_def`),
+schedules it with an fddps algorithm on a cluster of the given TensorFlow
+devices, and writes a new GraphDef whose every node carries the device chosen
+for it. Names, inputs and attributes are unchanged, so the placed graph
+computes exactly what the original does, and is fetched by the same names.
+
+Example
+-------
+>>> import tensorflow as tf
+>>> g = tf.Graph()
+>>> with g.as_default():
+...     a = tf.random.normal([64, 64], seed=1, name="a")
+...     b = tf.matmul(a, a, name="b")
+...     c = tf.matmul(a, tf.transpose(a), name="c")
+...     d = tf.add(b, c, name="d")
+>>> p = place(g, ["/cpu:0", "/cpu:1"])                          # doctest: +SKIP
+>>> sorted({n.device for n in p.graph_def.node})                # doctest: +SKIP
+['/device:CPU:0', '/device:CPU:1']
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ClusterError, FddpsError, GraphError, InfeasibleError
+from ..graph import OpGraph
+from ..simulate import peak_memory
+from .devices import device_matches, make_cluster, parse_device
+from .graphdef import (CONTROL_FLOW_OPS, MERGE_OPS, SWITCH_OPS, GraphAnalysis, _parse_input,
+                       _tf, analyse)
+
+
+def _default_cost_model():
+    try:
+        from costmodel import default_cost_model
+    except ImportError as e:  # pragma: no cover - costmodel ships with fddps
+        raise FddpsError("no cost_model given and costmodel.default_cost_model is not "
+                         f"importable ({e}); pass cost_model=...") from None
+    return default_cost_model()
+
+
+def _check_times(times, n, device_type, names):
+    arr = np.asarray(times, dtype=np.float64)
+    if arr.shape != (n,):
+        raise FddpsError(f"cost_model.op_times(..., {device_type!r}) returned shape {arr.shape}, "
+                         f"expected ({n},)")
+    bad = np.flatnonzero(np.isnan(arr) | (arr < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise FddpsError(f"cost_model.op_times gave op {names[i]!r} an invalid time {arr[i]!r} "
+                         f"on {device_type!r}")
+    return arr
+
+
+def _step_nodes(analysis: GraphAnalysis, fetches) -> np.ndarray:
+    """Mask of the nodes one ``session.run(fetches)`` executes: the fetches' ancestors.
+
+    Every input edge counts, ``NextIteration -> Merge`` back edges included (a
+    loop body runs whole).
+    """
+    names = analysis.table["name"].tolist()
+    position = {name: i for i, name in enumerate(names)}
+    if isinstance(fetches, str):
+        fetches = [fetches]
+    roots = []
+    for f in fetches:
+        if not isinstance(f, str):
+            f = getattr(f, "name", f)
+        if not isinstance(f, str):
+            raise GraphError(f"fetches must be op or tensor names, got {f!r}")
+        name, _ = _parse_input(f)
+        if name not in position:
+            raise GraphError(f"fetch {f!r} names no node of the graph")
+        roots.append(position[name])
+    n = len(names)
+    preds = [[] for _ in range(n)]
+    for s, d in zip(analysis.edges["src"].tolist(), analysis.edges["dst"].tolist()):
+        preds[d].append(s)
+    keep = np.zeros(n, dtype=bool)
+    stack = list(roots)
+    keep[roots] = True
+    while stack:
+        for p in preds[stack.pop()]:
+            if not keep[p]:
+                keep[p] = True
+                stack.append(p)
+    return keep
+
+
+def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_dim=1,
+                   fetches=None):
+    """A TensorFlow graph as an :class:`~fddps.graph.OpGraph` for ``cluster``.
+
+    Parameters
+    ----------
+    graph_def : GraphDef, tf.Graph, bytes or path
+        See :func:`fddps.tf.graphdef.load_graph`.
+    cost_model : object
+        ``op_times(ops, device_type) -> seconds`` per op table row (one call per
+        device type of the cluster) and ``memory(ops) -> (persistent, transient)``.
+    cluster : Cluster
+        Devices named by TensorFlow device strings and typed by TensorFlow
+        device type (as :func:`fddps.tf.devices.make_cluster` builds them).
+    override : bool
+        If False (default), ops with a requested device keep it (pinned to the
+        first cluster device it matches); if True, requested devices are ignored.
+    unknown_dim : int
+        Size assumed for a dimension TensorFlow cannot infer.
+    fetches : list of str, optional
+        Op or tensor names one training step runs (``["train_op", "loss"]``):
+        only their ancestors become ops of the OpGraph. Default: every node.
+
+    Returns
+    -------
+    (OpGraph, dict)
+        The op graph (op ``i`` is the ``i``-th node of the step, in GraphDef
+        order; costs ``inf`` on device types without a matching kernel; the
+        ``NextIteration -> Merge`` back edges of loops dropped, which makes it a
+        DAG) and facts about the reading (``info``): ``analysis``, ``nodes``,
+        ``step_nodes`` (mask), ``back_edges_dropped``, ``colocation_groups``,
+        ``loop_frames``, ``pinned``, ``shapes_unknown``, ``flops_unknown``,
+        ``kernels_unchecked`` (device types this TensorFlow build cannot check).
+
+    Raises
+    ------
+    GraphError
+        If the input is not a GraphDef TensorFlow can import, or a fetch is unknown.
+    ClusterError
+        If an op requests a device that matches no device of the cluster (and
+        ``override`` is False), or requests a malformed one.
+    InfeasibleError
+        If an op has no kernel on any device type of the cluster (the op, its
+        type and the device types are named).
+    """
+    analysis = analyse(graph_def, unknown_dim)
+    table = analysis.table
+    n_all = len(table)
+    keep = np.ones(n_all, dtype=bool) if fetches is None else _step_nodes(analysis, fetches)
+    idx = np.flatnonzero(keep)
+    ops = table.iloc[idx].reset_index(drop=True)
+    names = ops["name"].tolist()
+    n = len(names)
+
+    types = []
+    for d in cluster.devices:
+        if d.type not in types:
+            types.append(d.type)
+    cost = np.empty((n, len(types)))
+    for t, dtype in enumerate(types):
+        times = _check_times(cost_model.op_times(ops, dtype), n, dtype, names)
+        runnable = np.fromiter((analysis.can_run(i, dtype) for i in idx.tolist()), bool, n)
+        cost[:, t] = np.where(runnable, times, np.inf)
+    if n:
+        nowhere = np.flatnonzero(np.isinf(cost).all(axis=1))
+        if nowhere.size:
+            i = int(nowhere[0])
+            kinds = analysis.kernel_types[int(idx[i])]
+            raise InfeasibleError(
+                f"op {names[i]!r} ({ops['op_type'][i]}) has no kernel for any device type given "
+                f"({types}); TensorFlow registers it for {sorted(kinds or [])}"
+                + (f" ({nowhere.size - 1} more ops alike)" if nowhere.size > 1 else ""))
+    persistent, transient = cost_model.memory(ops)
+
+    e = analysis.edges
+    local = np.full(n_all, -1, dtype=np.int64)
+    local[idx] = np.arange(n)
+    sel = (~e["back_edge"].to_numpy()) & keep[e["src"].to_numpy()] & keep[e["dst"].to_numpy()]
+    src = local[e["src"].to_numpy()[sel]]
+    dst = local[e["dst"].to_numpy()[sel]]
+    edges = list(zip([names[i] for i in src.tolist()], [names[j] for j in dst.tolist()],
+                     e["bytes"].to_numpy()[sel].tolist()))
+
+    pinned, resolved = {}, {}
+    if not override:
+        requested = ops["requested_device"].tolist()
+        for i, req in enumerate(requested):
+            if not req:
+                continue
+            try:
+                _tf().DeviceSpec.from_string(req)
+            except ValueError as err:
+                raise ClusterError(f"op {names[i]!r} requests malformed device {req!r}: {err}") from None
+            matches = [d for d in cluster.names if device_matches(req, d)]
+            if not matches:
+                raise ClusterError(f"op {names[i]!r} requests device {req!r}, which matches none of "
+                                   f"the given devices {list(cluster.names)}; pass override=True "
+                                   "to let fddps place it")
+            pinned[names[i]] = matches[0]
+            if len(matches) > 1:
+                resolved[names[i]] = (req, matches[0])
+
+    try:
+        graph = OpGraph(names, cost, edges, memory=persistent, transient=transient,
+                        device_types=types, op_types=ops["op_type"].tolist(),
+                        colocation=ops["colocation_group"].tolist(), pinned=pinned)
+    except GraphError as err:
+        raise GraphError(f"the GraphDef does not form an op graph fddps can schedule: {err}") from None
+    groups = ops["colocation_group"].dropna()
+    info = {
+        "analysis": analysis,
+        "nodes": n_all,
+        "step_nodes": keep,
+        "ops": n,
+        "edges": graph.num_edges,
+        "control_edges": int(((e["port"].to_numpy() < 0) & sel).sum()),
+        "back_edges_dropped": int((e["back_edge"].to_numpy() & keep[e["src"].to_numpy()]).sum()),
+        "colocation_groups": int(groups.nunique()),
+        "largest_group": int(groups.value_counts().max()) if len(groups) else 0,
+        "loop_frames": sorted({f for f in ops["loop_frame"] if f}),
+        "pinned": len(pinned),
+        "pins_ambiguous": resolved,
+        "shapes_unknown": int((~ops["shapes_known"]).sum()),
+        "flops_unknown": int((~ops["flops_known"]).sum()),
+        "kernels_unchecked": sorted(set(types) - analysis.checked_types),
+        "device_types": types,
+    }
+    return graph, info
+
+
+def _cond_branch_nodes(analysis):
+    """Mask of nodes inside a ``tf.cond`` branch: reachable from a Switch before a Merge.
+
+    Such nodes may be dead (not run) in a step; an order edge from one would
+    make its consumer dead too.
+    """
+    n = len(analysis.table)
+    op_types = analysis.table["op_type"].tolist()
+    succ, _, _ = _forward_graph(analysis)
+    tainted = np.zeros(n, dtype=bool)
+    stack = [i for i in range(n) if op_types[i] in SWITCH_OPS]
+    while stack:
+        i = stack.pop()
+        for j in succ[i]:
+            if not tainted[j] and op_types[j] not in MERGE_OPS:
+                tainted[j] = True
+                stack.append(j)
+    return tainted
+
+
+def _forward_graph(analysis):
+    """Successor lists over the forward edges and a topological order of all nodes."""
+    n = len(analysis.table)
+    e = analysis.edges
+    fwd = ~e["back_edge"].to_numpy()
+    succ = [[] for _ in range(n)]
+    preds = [[] for _ in range(n)]
+    indeg = [0] * n
+    for s, d in zip(e["src"].to_numpy()[fwd].tolist(), e["dst"].to_numpy()[fwd].tolist()):
+        succ[s].append(d)
+        preds[d].append(s)
+        indeg[d] += 1
+    order = [i for i in range(n) if indeg[i] == 0]
+    head = 0
+    while head < len(order):
+        for j in succ[order[head]]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                order.append(j)
+        head += 1
+    return succ, preds, order
+
+
+def _needed_off_step(analysis, keep):
+    """Step nodes that nodes outside the step need without the step's work.
+
+    An initializer (``w/Assign``) reads the variable handle ``w``, a step node
+    without inputs; running the initializer must not run the step, so ``w``
+    must get no order edge. Nodes outside the step that hang off real step work
+    (unused gradient branches) cannot run without the step anyway and protect nothing.
+    """
+    n = len(keep)
+    if keep.all():
+        return np.zeros(n, dtype=bool)
+    succ, preds, order = _forward_graph(analysis)
+    work = np.zeros(n, dtype=bool)  # depends on a step node that has inputs
+    for i in order:
+        work[i] = (keep[i] and bool(preds[i])) or any(work[p] for p in preds[i])
+    independent = [name for name, k, w in zip(analysis.table["name"], keep, work) if not k and not w]
+    if not independent:
+        return np.zeros(n, dtype=bool)
+    return _step_nodes(analysis, independent) & keep
+
+
+def _write_devices(analysis, device_of, order_pairs):
+    """A copy of the GraphDef with every node's device set, plus ``^a`` order inputs."""
+    tf = _tf()
+    out = tf.compat.v1.GraphDef()
+    out.CopyFrom(analysis.graph_def)
+    names = analysis.table["name"].tolist()
+    for node, dev in zip(out.node, device_of):
+        node.device = dev
+    for a, b in order_pairs:
+        out.node[b].input.append("^" + names[a])
+    return out
+
+
+def _assign_off_step(analysis, keep, step_device, cluster, override):
+    """Devices of the nodes a step does not run (initializers, savers): their group's,
+    their requested one, or their first input's, else the first device."""
+    table = analysis.table
+    n = len(table)
+    device = np.full(n, -1, dtype=np.int64)
+    device[keep] = step_device
+    group_dev = {}
+    groups = table["colocation_group"].tolist()
+    for i in np.flatnonzero(keep).tolist():
+        if groups[i] is not None:
+            group_dev.setdefault(groups[i], device[i])
+    _, preds, queue = _forward_graph(analysis)  # topological: inputs are placed first
+    requested = table["requested_device"].tolist()
+    for i in queue:
+        if device[i] >= 0:
+            continue
+        g = groups[i]
+        if g is not None and g in group_dev:
+            device[i] = group_dev[g]
+        else:
+            k = -1
+            if requested[i] and not override:
+                matches = [kk for kk, d in enumerate(cluster.names) if device_matches(requested[i], d)]
+                k = matches[0] if matches else -1
+            if k < 0:
+                placed = [device[p] for p in preds[i] if device[p] >= 0]
+                k = placed[0] if placed else 0
+            device[i] = k
+            if g is not None:
+                group_dev[g] = k
+    return device
+
+
+def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
+          override=False, fetches=None, enforce_order=False, unknown_dim=1, **options):
+    """Place and order a TensorFlow graph on devices so one step finishes soonest.
+
+    Parameters
+    ----------
+    graph_def : GraphDef, tf.Graph, bytes or path
+        The training graph (never modified).
+    devices : list of str, or Cluster
+        TensorFlow device strings (``"/device:CPU:0"``,
+        ``"/job:worker/replica:0/task:1/device:GPU:0"``, ``"/cpu:1"``), or a
+        :class:`~fddps.cluster.Cluster` whose device names are such strings.
+    cost_model : CostModel, optional
+        Default ``costmodel.default_cost_model()`` (analytic roofline presets).
+    algorithm : str
+        A name from :func:`fddps.available_algorithms` (default ``"fddps"``).
+    memory : float or mapping, optional
+        Device capacity in bytes, for all devices or by device string or type;
+        see :mod:`fddps.tf.devices` for the defaults.
+    override : bool
+        Let fddps move ops whose device the graph already requests (default:
+        they stay where requested).
+    fetches : list of str, optional
+        The op or tensor names a training step runs (``["train_op", "loss"]``).
+        Then only what they need is scheduled (and timed in ``makespan``); the
+        other nodes (initializers, savers) are still kept, and put with their
+        colocation group, their requested device or their first input. Default:
+        every node is scheduled as if the step ran them all.
+    enforce_order : bool
+        Make TensorFlow follow the scheduled order on each device, as FastT does:
+        add a control input from each op to the op scheduled next on its device.
+        Needs ``fetches`` (order edges between step and non-step ops would
+        make every step re-run an initializer); step ops that other nodes also
+        need (an initializer's input) get no order edge into them, so running
+        the initializers never runs the step. Ops in ``tf.while_loop`` frames
+        and ``tf.cond`` branches are left out (an edge there could cross a
+        frame or spread a branch's deadness). Running the placed graph with a
+        subset of ``fetches`` also runs the ops scheduled before them. Default False.
+    unknown_dim : int
+        Size assumed for dimensions TensorFlow cannot infer (see :func:`op_table`).
+    **options
+        Passed to the algorithm (e.g. ``insertion=False`` for FD-DPS).
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    GraphError
+        For input that is not a GraphDef (bytes, wrong type, unknown op), or an unknown fetch.
+    ClusterError
+        For an empty device list, a malformed or unknown device string, or an op
+        requesting a device not in the list (each named).
+    InfeasibleError
+        If the graph cannot fit in the devices' memory, or an op has no kernel on
+        any given device (named).
+    UnknownAlgorithmError
+        For an unknown ``algorithm``.
+    """
+    from ..algorithms import get_algorithm
+
+    t0 = time.perf_counter()
+    if enforce_order and fetches is None:
+        raise FddpsError("enforce_order=True needs fetches=[...] (the ops a training step runs): "
+                         "order edges from ops outside the step would make every step re-run them")
+    scheduler = get_algorithm(algorithm, **options)
+    cost_model = _default_cost_model() if cost_model is None else cost_model
+    analysis = analyse(graph_def, unknown_dim)
+    cluster = make_cluster(devices, cost_model, memory)
+    graph, info = read_graph_def(analysis, cost_model, cluster, override, fetches=fetches)
+    t_read = time.perf_counter()
+    schedule = scheduler.schedule(graph, cluster)
+    if schedule.graph.num_ops != graph.num_ops:
+        raise FddpsError(f"algorithm {algorithm!r} changed the graph ({graph.num_ops} -> "
+                         f"{schedule.graph.num_ops} ops); the TensorFlow writer cannot place "
+                         "split ops")
+    keep = info["step_nodes"]
+    device = _assign_off_step(analysis, keep, schedule.device, cluster, override)
+
+    pairs = []
+    if enforce_order:
+        table = analysis.table
+        eligible = ((table["loop_frame"] == "").to_numpy()
+                    & ~table["op_type"].isin(CONTROL_FLOW_OPS).to_numpy()
+                    & ~_cond_branch_nodes(analysis))
+        shared = _needed_off_step(analysis, keep)
+        node_of = np.flatnonzero(keep)
+        existing = set(zip(analysis.edges["src"].tolist(), analysis.edges["dst"].tolist()))
+        for seq in schedule.order:
+            chain = [int(node_of[i]) for i in seq.tolist() if eligible[node_of[i]]]
+            for a, b in zip(chain, chain[1:]):
+                if not shared[b] and (a, b) not in existing:
+                    pairs.append((a, b))
+    out = _write_devices(analysis, [cluster.names[k] for k in device.tolist()], pairs)
+    info.update(order_edges_added=len(pairs), read_seconds=t_read - t0,
+                place_seconds=time.perf_counter() - t0, algorithm=algorithm,
+                cost_model=repr(cost_model))
+    return Placement(out, schedule, cluster, analysis.table, info)
+
+
+class Placement:
+    """The answer of :func:`place`.
+
+    Attributes
+    ----------
+    graph_def : GraphDef
+        The placed graph: every node of the input, same names, inputs and
+        attributes, with ``device`` set (plus order control inputs when
+        ``enforce_order`` was used).
+    schedule : Schedule
+        Where and when each scheduled op runs (op ``i`` is the ``i``-th scheduled
+        node in GraphDef order).
+    cluster : Cluster
+    ops : pandas.DataFrame
+        The op table of the input graph (:func:`fddps.tf.op_table`).
+    info : dict
+        Facts about reading and scheduling (see :func:`read_graph_def`), plus
+        ``place_seconds`` (wall time of :func:`place`) and ``order_edges_added``.
+    """
+
+    def __init__(self, graph_def, schedule, cluster, ops, info):
+        self.graph_def = graph_def
+        self.schedule = schedule
+        self.cluster = cluster
+        self.ops = ops
+        self.info = info
+
+    @property
+    def makespan(self) -> float:
+        """Predicted seconds of one step."""
+        return self.schedule.makespan
+
+    @property
+    def devices(self) -> dict:
+        """Node name -> device string, for every node of the GraphDef."""
+        return {node.name: node.device for node in self.graph_def.node}
+
+    @property
+    def memory(self) -> pd.Series:
+        """Bytes each device reserves (persistent + transient of its ops), by device."""
+        return pd.Series(self.schedule.device_memory(), index=list(self.cluster.names),
+                         name="memory")
+
+    @property
+    def peak_memory(self) -> pd.Series:
+        """Predicted highest bytes held at once on each device (outputs freed after use)."""
+        s = self.schedule
+        peak = peak_memory(s.graph, s.cluster, s.device, s.start, s.finish)
+        return pd.Series(peak, index=list(self.cluster.names), name="peak_memory")
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per scheduled op: the schedule's columns (``op``, ``device``,
+        ``start``, ``finish``, ``duration``, ``op_type``) and the op table's
+        ``flops``, ``output_bytes``, ``param_bytes``, ``colocation_group``,
+        ``requested_device``; sorted by start time."""
+        df = self.schedule.to_dataframe()
+        cols = ["name", "flops", "output_bytes", "param_bytes", "colocation_group",
+                "requested_device"]
+        extra = self.ops[cols].rename(columns={"name": "op"})
+        return df.merge(extra, on="op", how="left", sort=False)
+
+    def summary(self) -> str:
+        """A short text report: step time, per-device load and memory, transfers."""
+        s, c, info = self.schedule, self.cluster, self.info
+        g = s.graph
+        scale, unit = (1e3, "ms") if s.makespan < 1 else (1.0, "s")
+        et = g.exec_times(c)
+        dur = et[np.arange(g.num_ops), s.device]
+        busy = np.bincount(s.device, weights=dur, minlength=c.num_devices)
+        counts = np.bincount(s.device, minlength=c.num_devices)
+        single = et.sum(axis=0)
+        best_single = float(np.min(single[np.isfinite(single)])) if np.isfinite(single).any() else np.inf
+        cross = s.device[g.src] != s.device[g.dst]
+        mem = self.memory.to_numpy()
+        lines = [
+            f"fddps placement ({info.get('algorithm', s.algorithm)}): {info['ops']} of "
+            f"{info['nodes']} nodes scheduled on {c.num_devices} devices",
+            f"predicted step time {s.makespan * scale:.4g} {unit}"
+            + (f"; best single device {best_single * scale:.4g} {unit} "
+               f"(speedup {best_single / s.makespan:.2f}x)" if s.makespan > 0 and np.isfinite(best_single)
+               else ""),
+            f"{'device':<48} {'ops':>6} {'busy ' + unit:>10} {'util':>6} {'memory MB':>10} {'capacity MB':>12}",
+        ]
+        for k, d in enumerate(c.devices):
+            util = busy[k] / s.makespan if s.makespan > 0 else 0.0
+            lines.append(f"{d.name:<48} {counts[k]:>6} {busy[k] * scale:>10.4g} {util:>6.0%} "
+                         f"{mem[k] / 1e6:>10.4g} {d.memory / 1e6:>12.4g}")
+        lines.append(f"transfers: {int(cross.sum())} edges, {g.bytes[cross].sum() / 1e6:.4g} MB "
+                     "between devices")
+        lines.append(f"colocation groups {info['colocation_groups']} (largest {info['largest_group']} "
+                     f"ops), pinned ops {info['pinned']}, loop frames {len(info['loop_frames'])}, "
+                     f"ops with unknown shapes {info['shapes_unknown']}")
+        if info.get("kernels_unchecked"):
+            lines.append(f"kernels not checked for {info['kernels_unchecked']} (this TensorFlow "
+                         "build does not register them)")
+        if info.get("order_edges_added"):
+            lines.append(f"order control edges added: {info['order_edges_added']}")
+        lines.append(f"place() took {info['place_seconds']:.3g} s "
+                     f"(reading {info['read_seconds']:.3g} s)")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"Placement({self.info['nodes']} nodes on {self.cluster.num_devices} devices, "
+                f"predicted step {self.makespan:.4g} s)")
+
+    def plot(self, ax=None, critical_path=True, transfers=False):
+        """Gantt chart of the schedule (see :func:`fddps.plot.plot_schedule`); returns the Axes."""
+        from ..plot import plot_schedule
+
+        return plot_schedule(self.schedule, ax=ax, critical_path=critical_path, transfers=transfers)
+
+    def to_chrome_trace(self, path, transfers=True) -> dict:
+        """Write the schedule as a Chrome trace JSON file (see :func:`fddps.trace.to_chrome_trace`)."""
+        from ..trace import to_chrome_trace
+
+        return to_chrome_trace(self.schedule, path, transfers=transfers)
