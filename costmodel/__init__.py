@@ -24,3 +24,10 @@ __all__ = ["CostModel", "default_cost_model", "presets", "Presets", "DevicePrese
            "cpu_preset", "graph_fingerprint", "OpTimeReport", "ProfileCoverageWarning",
            "DEFAULT_LINK_RULES", "NO_WORK_OPS", "TENSOR_CORE_OPS", "parse_device", "DeviceName",
            "CostModelError", "ProfileError", "ProfileMismatchError"]
+
+from .memory import measured_transient, memory_summary  # noqa: E402
+from .profile import Profile, iterated_mean  # noqa: E402
+from .regression import LinkModel, OpTimeModel, fit_cost_model  # noqa: E402
+
+__all__ += ["Profile", "iterated_mean", "OpTimeModel", "LinkModel", "fit_cost_model",
+            "measured_transient", "memory_summary"]

@@ -1,0 +1,381 @@
+"""Fitting the cost model to measurements (scikit-learn), and predicting from the fits.
+
+- :class:`OpTimeModel`: op times on one device type. Keeps the measured time
+  of every profiled op (by name) and fits, per op type, a linear model of time
+  on FLOPs and bytes in/out. A profiled op at the shapes it was profiled at
+  gets its measured time; at other shapes (another batch size) its measured
+  time scaled by the ratio of its type's fit at the new and the old shapes; an
+  op never profiled gets its type's fit; an op whose type was never profiled
+  gets the device preset calibrated on the profile (the documented fallback,
+  counted in :attr:`costmodel.CostModel.last_report`).
+- :class:`LinkModel`: per link, ``seconds = latency + bytes / bandwidth`` by
+  :class:`sklearn.linear_model.LinearRegression`, with R² per link (paper
+  Definition 4).
+- :func:`fit_cost_model`: a :class:`~costmodel.CostModel` from profiles,
+  transfer measurements and a base model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.linear_model import LinearRegression
+from sklearn.metrics import r2_score
+
+from .base import CostModel, default_cost_model
+from .devices import parse_device
+from .errors import CostModelError
+from .hardware import NO_WORK_OPS, DevicePreset, LinkPreset, op_features
+
+#: Features of the per-op-type regression, in this order.
+FEATURES = ("flops", "input_bytes", "output_bytes")
+_TIMED_STATUSES = ("timed",)
+
+
+def _feature_matrix(ops: pd.DataFrame) -> np.ndarray:
+    missing = [c for c in FEATURES if c not in ops.columns]
+    if missing:
+        raise CostModelError(f"the op table has no column {missing[0]!r} (features: {list(FEATURES)})")
+    x = ops[list(FEATURES)].to_numpy(dtype=np.float64)
+    return np.maximum(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0)
+
+
+class OpTimeModel:
+    """Op times on one device type, fitted to measured op times.
+
+    Parameters
+    ----------
+    preset : DevicePreset
+        The device's analytic model; calibrated on the measurements in
+        :meth:`fit` and used for op types never measured.
+    min_samples : int
+        Measurements with distinct features an op type needs for a linear fit;
+        with fewer, its time is the calibrated preset's times a per-type factor
+        (the median measured/preset ratio).
+    rtol : float
+        Relative tolerance under which an op's features count as "the same
+        shapes as profiled".
+
+    Attributes (after :meth:`fit`)
+    ------------------------------
+    calibrated_ : DevicePreset
+    type_models_ : dict
+        op type -> ``{"kind": "linear", "coef": [...], "intercept": float,
+        "floor": float, "r2": float, "n": int}`` or ``{"kind": "ratio", "ratio":
+        float, "n": int}``.
+    measured_ : pandas.DataFrame
+        ``name``, the features, ``seconds``, ``status`` of every profiled op.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> flops = rng.uniform(1e6, 1e9, 50)
+    >>> ops = pd.DataFrame({"name": [f"mm{i}" for i in range(50)], "op_type": "MatMul",
+    ...                     "flops": flops, "input_bytes": flops / 100, "output_bytes": flops / 200,
+    ...                     "seconds": 1e-5 + flops / 5e10, "status": "timed"})
+    >>> from costmodel import presets
+    >>> m = OpTimeModel(presets["cpu"]).fit(ops)
+    >>> new = ops.assign(name="other", flops=2e9, input_bytes=2e7, output_bytes=1e7)
+    >>> round(float(m.predict(new.head(1))[0]) * 1e3, 3)   # ms: 1e-5 s + 2e9 / 5e10 s
+    40.01
+    """
+
+    def __init__(self, preset: DevicePreset, *, min_samples: int = 4, rtol: float = 1e-6):
+        self.preset = preset
+        self.min_samples = min_samples
+        self.rtol = rtol
+
+    # -- fitting -------------------------------------------------------------------------
+    def fit(self, measured: pd.DataFrame) -> "OpTimeModel":
+        """Fit to measured op times.
+
+        Parameters
+        ----------
+        measured : pandas.DataFrame
+            Op table rows with ``seconds`` and ``status`` (``timed``, ``fused``,
+            ``pruned``: :meth:`costmodel.profile.Profile.join`). Only ``timed`` rows
+            train the regressions; all rows are remembered by name.
+
+        Raises
+        ------
+        CostModelError
+            If ``measured`` lacks a column or has no timed op with a finite time.
+        """
+        for col in ("name", "op_type", "seconds"):
+            if col not in measured.columns:
+                raise CostModelError(f"measured op times need a {col!r} column")
+        status = measured["status"] if "status" in measured.columns else pd.Series("timed", measured.index)
+        t = measured["seconds"].to_numpy(dtype=np.float64)
+        if np.any(~np.isfinite(t) | (t < 0)):
+            bad = measured["name"].to_numpy()[~np.isfinite(t) | (t < 0)][0]
+            raise CostModelError(f"op {bad!r} has an invalid measured time")
+        timed = measured[(status.isin(_TIMED_STATUSES)).to_numpy() & (t > 0)]
+        if timed.empty:
+            raise CostModelError("no timed op with a positive time to fit")
+        self.calibrated_ = self.preset.calibrate(timed)
+        self.type_models_ = {}
+        for op_type, rows in timed.groupby("op_type", sort=True):
+            self.type_models_[str(op_type)] = self._fit_type(str(op_type), rows)
+        m = measured[["name", "op_type"]].astype(str).reset_index(drop=True)
+        m[list(FEATURES)] = _feature_matrix(measured)
+        m["seconds"] = t
+        m["status"] = status.astype(str).to_numpy()
+        self.measured_ = m
+        self._index = None
+        return self
+
+    def _fit_type(self, op_type: str, rows: pd.DataFrame) -> dict:
+        x = _feature_matrix(rows)
+        y = rows["seconds"].to_numpy(dtype=np.float64)
+        n = len(y)
+        # A fitted negative intercept must not make small ops free: predictions
+        # stay above a tenth of the fastest measured op of the type.
+        floor = 0.1 * float(np.min(y))
+        distinct = len(np.unique(x, axis=0))
+        if distinct >= self.min_samples and op_type not in NO_WORK_OPS and x.any():
+            scale = np.where(x.max(axis=0) > 0, x.max(axis=0), 1.0)
+            # Weights 1/y^2: least squares on relative error, so microsecond
+            # ops count as much as millisecond ones.
+            reg = LinearRegression(positive=True).fit(x / scale, y, sample_weight=1.0 / y ** 2)
+            coef = reg.coef_ / scale
+            pred = np.maximum(x @ coef + reg.intercept_, floor)
+            return {"kind": "linear", "coef": [float(c) for c in coef],
+                    "intercept": float(reg.intercept_), "floor": floor,
+                    "r2": float(r2_score(y, pred)) if n > 1 else 1.0, "n": n}
+        base = self.calibrated_.op_times(rows)
+        return {"kind": "ratio", "ratio": float(np.median(y / base)), "n": n}
+
+    # -- predicting ----------------------------------------------------------------------
+    def _type_predict(self, ops: pd.DataFrame, x: np.ndarray):
+        """Per-type fit of every row, and whether the row's type had a fit."""
+        base = self.calibrated_.op_times(ops)
+        out = base.copy()
+        seen = np.zeros(len(ops), dtype=bool)
+        types = ops["op_type"].astype(str).to_numpy()
+        for op_type in np.unique(types):
+            m = self.type_models_.get(op_type)
+            if m is None:
+                continue
+            sel = types == op_type
+            seen[sel] = True
+            if m["kind"] == "linear":
+                out[sel] = np.maximum(x[sel] @ np.asarray(m["coef"]) + m["intercept"], m["floor"])
+            else:
+                out[sel] = base[sel] * m["ratio"]
+        return out, seen
+
+    def predict_with_source(self, ops: pd.DataFrame):
+        """Predicted seconds and where each came from, for every row of ``ops``.
+
+        Returns
+        -------
+        seconds : numpy.ndarray of float
+        source : numpy.ndarray of str
+            ``profile``, ``profile-scaled``, ``regression`` or ``fallback``
+            (see :class:`costmodel.OpTimeReport`).
+        """
+        if "name" not in ops.columns:
+            raise CostModelError("the op table has no column 'name'")
+        op_features(ops)  # checks the columns
+        x = _feature_matrix(ops)
+        fitted, seen = self._type_predict(ops, x)
+        source = np.where(seen, "regression", "fallback").astype(object)
+        seconds = fitted.copy()
+
+        # Profiled ops: nearest profiled shapes (several batch sizes may be profiled).
+        names = ops["name"].astype(str).to_numpy()
+        meas = self.measured_
+        hit = np.flatnonzero(np.isin(names, meas["name"].to_numpy()))
+        if hit.size:
+            cand = pd.DataFrame({"row": hit, "name": names[hit]}).merge(
+                meas.reset_index().rename(columns={"index": "m"}), on="name")
+            xm = cand[list(FEATURES)].to_numpy()
+            xr = x[cand["row"].to_numpy()]
+            dist = np.abs(np.log1p(xm) - np.log1p(xr)).sum(axis=1)
+            cand["dist"] = dist
+            best = cand.sort_values(["row", "dist"], kind="stable").drop_duplicates("row")
+            rows = best["row"].to_numpy()
+            xm = best[list(FEATURES)].to_numpy()
+            same = np.all(np.abs(xm - x[rows]) <= self.rtol * np.maximum(np.abs(xm), 1.0), axis=1)
+            t_meas = best["seconds"].to_numpy()
+            # Fit at the profiled shapes, to scale the measurement to the new shapes.
+            at_old = ops.iloc[rows].copy()
+            at_old[list(FEATURES)] = xm
+            old_fit, _ = self._type_predict(at_old, xm)
+            ratio = np.where(old_fit > 0, fitted[rows] / np.where(old_fit > 0, old_fit, 1.0), 1.0)
+            seconds[rows] = np.where(same, t_meas, t_meas * ratio)
+            source[rows] = np.where(same, "profile", "profile-scaled")
+        return np.maximum(seconds, 0.0), source.astype(str)
+
+    def predict(self, ops: pd.DataFrame) -> np.ndarray:
+        """Predicted seconds of every row of ``ops``."""
+        return self.predict_with_source(ops)[0]
+
+    def profiled_names(self) -> set:
+        """Names of the ops that have a measurement."""
+        return set(self.measured_["name"])
+
+    # -- saving --------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        m = self.measured_
+        return {"preset": self.preset.to_dict(), "calibrated": self.calibrated_.to_dict(),
+                "min_samples": self.min_samples, "rtol": self.rtol,
+                "type_models": self.type_models_,
+                "measured": {c: m[c].tolist() for c in m.columns}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "OpTimeModel":
+        model = cls(DevicePreset.from_dict(d["preset"]), min_samples=int(d["min_samples"]),
+                    rtol=float(d["rtol"]))
+        model.calibrated_ = DevicePreset.from_dict(d["calibrated"])
+        model.type_models_ = {str(k): dict(v) for k, v in d["type_models"].items()}
+        for k, v in model.type_models_.items():
+            if v.get("kind") not in ("linear", "ratio"):
+                raise ValueError(f"op type {k!r} has an unknown model kind {v.get('kind')!r}")
+        meas = pd.DataFrame(d["measured"])
+        missing = {"name", "op_type", "seconds", "status", *FEATURES} - set(meas.columns)
+        if missing:
+            raise KeyError(f"measured ops lack columns {sorted(missing)}")
+        for c in (*FEATURES, "seconds"):
+            meas[c] = meas[c].astype(np.float64)
+        model.measured_ = meas
+        return model
+
+
+class LinkModel:
+    """Latency and bandwidth of every measured link, by linear regression.
+
+    Fits ``seconds = latency + bytes / bandwidth`` per ``(src, dst)`` with
+    :class:`sklearn.linear_model.LinearRegression` on the per-size robust mean
+    times, weighted by 1/time so that small transfers (which fix the latency)
+    count next to the large ones (which fix the bandwidth).
+
+    Attributes (after :meth:`fit`)
+    ------------------------------
+    links_ : pandas.DataFrame
+        ``src``, ``dst``, ``latency``, ``bandwidth``, ``r2`` (unweighted, on the
+        per-size means), ``n`` (sizes), ``max_rel_error``.
+
+    Examples
+    --------
+    >>> sizes = np.logspace(0, 7, 15)
+    >>> df = pd.DataFrame({"src": "/cpu:0", "dst": "/cpu:1", "bytes": sizes,
+    ...                    "seconds": 1e-4 + sizes / 1e9})
+    >>> fit = LinkModel().fit(df).links_
+    >>> print(round(fit.latency[0] * 1e6), round(fit.bandwidth[0] / 1e9, 3), round(fit.r2[0], 6))
+    100 1.0 1.0
+    """
+
+    def fit(self, transfers: pd.DataFrame) -> "LinkModel":
+        """Fit every link of ``transfers`` (columns ``src``, ``dst``, ``bytes``, ``seconds``).
+
+        Raises
+        ------
+        CostModelError
+            If a column is missing, or a link has fewer than 2 distinct sizes.
+        """
+        from .profile import iterated_mean
+
+        for col in ("src", "dst", "bytes", "seconds"):
+            if col not in transfers.columns:
+                raise CostModelError(f"transfer measurements need a {col!r} column")
+        rows = []
+        for (src, dst), g in transfers.groupby(["src", "dst"], sort=True):
+            sizes, means = [], []
+            for size, s in g.groupby("bytes"):
+                mean, _, _ = iterated_mean(s["seconds"].to_numpy(dtype=np.float64))
+                sizes.append(float(size))
+                means.append(float(mean))
+            x, y = np.asarray(sizes), np.asarray(means)
+            if len(x) < 2:
+                raise CostModelError(f"link {src} -> {dst} needs transfers of at least 2 sizes")
+            # Noise can make the smallest transfers' means <= 0: floor the weights.
+            positive = y[y > 0]
+            floor = max(float(positive.min()) if positive.size else 1e-6, 1e-7)
+            reg = LinearRegression(positive=True).fit(x[:, None], y,
+                                                      sample_weight=1.0 / np.maximum(y, floor))
+            latency = max(float(reg.intercept_), 0.0)
+            slope = float(reg.coef_[0])
+            pred = latency + slope * x
+            rows.append({"src": src, "dst": dst, "latency": latency,
+                         "bandwidth": 1.0 / slope if slope > 0 else np.inf,
+                         "r2": float(r2_score(y, pred)), "n": len(x),
+                         "max_rel_error": float(np.max(np.abs(pred - y) / np.maximum(np.abs(y), floor)))})
+        self.links_ = pd.DataFrame(rows, columns=["src", "dst", "latency", "bandwidth", "r2", "n",
+                                                  "max_rel_error"])
+        return self
+
+    def predict(self, nbytes, src: str, dst: str):
+        """Seconds to move ``nbytes`` over the fitted link ``src -> dst`` (either direction)."""
+        p = self.pair_links().get((str(parse_device(src)), str(parse_device(dst))))
+        p = p or self.pair_links().get((str(parse_device(dst)), str(parse_device(src))))
+        if p is None:
+            raise CostModelError(f"no measured link between {src!r} and {dst!r}")
+        return p.transfer_time(nbytes)
+
+    def pair_links(self) -> dict:
+        """``{(src, dst): LinkPreset}`` of the fitted links (device names normalised)."""
+        return {(str(parse_device(r.src)), str(parse_device(r.dst))):
+                LinkPreset(f"measured {r.src} -> {r.dst}", float(r.latency), float(r.bandwidth),
+                           f"fitted on {r.n} transfer sizes, R^2 = {r.r2:.4f}")
+                for r in self.links_.itertuples()}
+
+
+def fit_cost_model(measured: pd.DataFrame | Sequence[pd.DataFrame] | None = None, *,
+                   transfers: pd.DataFrame | None = None, base: CostModel | None = None,
+                   graph: str | None = None, links: Mapping | None = None,
+                   meta: Mapping | None = None, min_samples: int = 4) -> CostModel:
+    """A :class:`~costmodel.CostModel` fitted to measurements, on top of ``base``.
+
+    Parameters
+    ----------
+    measured : DataFrame or list of DataFrames, optional
+        Measured op times (:meth:`costmodel.profile.Profile.join`): op table
+        columns plus ``seconds``, ``status``, ``device_type``; profiles of one
+        device type at several batch sizes are concatenated. Rows with a
+        ``transient_bytes`` column also calibrate memory.
+    transfers : DataFrame, optional
+        Transfer measurements (``fddps.tf.comm_bench``): ``src``, ``dst``,
+        ``bytes``, ``seconds``; each link is fitted with :class:`LinkModel`.
+    base : CostModel, optional
+        Presets and link rules to start from (default :func:`default_cost_model`).
+    graph : str, optional
+        Fingerprint of the profiled graph (``Profile.meta["graph"]``), checked by
+        :meth:`CostModel.load` and :meth:`CostModel.check_graph`.
+    links : mapping, optional
+        Link rules to add to or replace the base's.
+
+    Returns
+    -------
+    CostModel
+
+    Raises
+    ------
+    CostModelError
+        On measurements of a device type the base has no preset for, or
+        measurements that cannot be fitted.
+    """
+    base = default_cost_model() if base is None else base
+    compute = dict(base.compute)
+    transient = base.transient
+    if measured is not None:
+        frames = [measured] if isinstance(measured, pd.DataFrame) else list(measured)
+        frame = pd.concat(frames, ignore_index=True)
+        if "device_type" not in frame.columns:
+            raise CostModelError("measured op times need a 'device_type' column (Profile.join adds it)")
+        for dtype, rows in frame.groupby(frame["device_type"].astype(str).str.upper()):
+            compute[dtype] = OpTimeModel(base._preset(dtype), min_samples=min_samples).fit(rows)
+        if "transient_bytes" in frame.columns:
+            from .memory import measured_transient
+
+            transient = measured_transient(frame)
+    pair_links = dict(base.pair_links)
+    if transfers is not None:
+        pair_links.update(LinkModel().fit(transfers).pair_links())
+    rules = dict(base.links)
+    rules.update(links or {})
+    return CostModel(base.devices, rules, pair_links=pair_links, compute=compute,
+                     transient=transient, graph=graph if graph is not None else base.graph,
+                     meta={**base.meta, "kind": "fitted", **(meta or {})})

@@ -1,0 +1,153 @@
+"""Measure transfer times between TensorFlow devices, to fit each link's latency and bandwidth.
+
+For each ordered pair of devices ``(src, dst)`` and each size ``b``, a
+resource variable of ``b`` bytes lives on ``src``; one step slices its first
+element **on ``dst``** (so the whole tensor crosses the link, and the slice
+itself costs next to nothing); the reference step slices, on ``dst``, a
+variable of the same size that lives on ``dst`` (no transfer, and the result
+reaches the client by the same way). Both steps are run alternately ``repeats`` times; the transfer time
+of a repeat is the difference of the two steps' wall times, which cancels the
+``Session.run`` overhead both share. :class:`costmodel.LinkModel` then fits
+``seconds = latency + bytes / bandwidth`` per link (paper Definition 4) and
+reports R².
+
+Works for the devices of one process (``ConfigProto(device_count={"CPU": 2})``,
+GPUs) and for the tasks of a ``local_cluster`` (pass its ``target``).
+
+Example
+-------
+>>> from fddps.tf import local_cluster                          # doctest: +SKIP
+>>> with local_cluster(2) as c:                                 # doctest: +SKIP
+...     df = measure_transfers(c.devices, target=c.target)
+>>> costmodel.LinkModel().fit(df).links_                        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pandas as pd
+
+from ..errors import FddpsError
+from .graphdef import _tf
+
+#: Default transfer sizes in bytes: 4 B to 24 MB. Above 32 MB, transfers between
+#: two local_cluster tasks get slower per byte (glibc serves allocations of 32 MB
+#: and more with fresh mmap'ed pages, so every step pays page faults on both ends),
+#: a second regime one straight line cannot fit; ResNet-50's and Inception-V3's
+#: largest tensors at the batch sizes profiled here stay below it.
+DEFAULT_SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 8 << 20, 16 << 20, 24 << 20)
+
+
+def measure_transfers(devices, sizes=DEFAULT_SIZES, *, repeats: int = 10, warmup: int = 2,
+                      pairs=None, target: str = "", session_config=None,
+                      progress: bool = True) -> pd.DataFrame:
+    """Time transfers of each size between each ordered pair of ``devices``.
+
+    Parameters
+    ----------
+    devices : sequence of str
+        TensorFlow device names (at least 2).
+    sizes : sequence of int
+        Bytes per transfer (rounded down to whole float32 elements, at least one).
+    repeats : int
+        Measured transfers per pair and size (after ``warmup`` unmeasured ones).
+    pairs : sequence of (src, dst), optional
+        Pairs to measure; default every ordered pair of distinct devices.
+    target : str
+        Session target (``local_cluster(...).target`` for gRPC links).
+    session_config : tf.compat.v1.ConfigProto, optional
+        E.g. ``ConfigProto(device_count={"CPU": 2})`` for two local CPU devices.
+    progress : bool
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per measured transfer: ``src``, ``dst``, ``bytes``, ``repeat``,
+        ``seconds`` (transfer step minus reference step; may be slightly
+        negative for tiny sizes, from noise), ``step_seconds``, ``reference_seconds``.
+
+    Raises
+    ------
+    FddpsError
+        For fewer than two devices, bad sizes or repeats, or a device the
+        session does not have (TensorFlow's message is kept).
+    """
+    from tqdm.auto import tqdm
+
+    tf = _tf()
+    tf1 = tf.compat.v1
+    devices = list(devices)
+    if pairs is None:
+        if len(devices) < 2:
+            raise FddpsError(f"measuring transfers needs at least 2 devices, got {devices}")
+        pairs = list(itertools.permutations(devices, 2))
+    pairs = [(str(a), str(b)) for a, b in pairs]
+    sizes = [int(s) for s in sizes]
+    if not sizes or min(sizes) < 1 or repeats < 1 or warmup < 0:
+        raise FddpsError(f"need sizes >= 1 byte, repeats >= 1 and warmup >= 0 "
+                         f"(got sizes={sizes}, repeats={repeats}, warmup={warmup})")
+    graph = tf.Graph()
+    steps = []  # (src, dst, bytes, transfer fetch, reference fetch)
+    with graph.as_default():
+        for p, (src, dst) in enumerate(pairs):
+            for s, nbytes in enumerate(sizes):
+                n = max(1, nbytes // 4)
+                with tf1.device(src):
+                    var = tf1.get_variable(f"buf_{p}_{s}", [n], tf.float32, use_resource=True,
+                                           initializer=tf1.zeros_initializer())
+                    value = var.read_value()
+                with tf1.device(dst):
+                    moved = tf.slice(value, [0], [1], name=f"transfer_{p}_{s}")
+                    # The same step with the data already on dst: the result
+                    # travels to the client from the same task in both steps.
+                    local = tf1.get_variable(f"ref_{p}_{s}", [n], tf.float32, use_resource=True,
+                                             initializer=tf1.zeros_initializer())
+                    reference = tf.slice(local.read_value(), [0], [1], name=f"reference_{p}_{s}")
+                steps.append((src, dst, 4 * n, moved, reference))
+        init = tf1.global_variables_initializer()
+    rows = []
+    bar = tqdm(total=len(steps) * (warmup + repeats), desc="transfers", unit="pair-size",
+               disable=not progress, leave=False)
+    try:
+        with tf1.Session(target, graph=graph, config=session_config) as sess:
+            sess.run(init)
+            rng = np.random.default_rng(0)
+            for r in range(-warmup, repeats):
+                # A fresh random order every round: a burst of load from another
+                # process then hits all sizes alike instead of biasing a few.
+                for k in rng.permutation(len(steps)):
+                    src, dst, nbytes, moved, reference = steps[k]
+                    t0 = time.perf_counter()
+                    sess.run(moved)
+                    t1 = time.perf_counter()
+                    sess.run(reference)
+                    t2 = time.perf_counter()
+                    bar.update()
+                    if r >= 0:
+                        rows.append((src, dst, nbytes, r, (t1 - t0) - (t2 - t1), t1 - t0, t2 - t1))
+    except (tf.errors.OpError, ValueError) as e:
+        msg = getattr(e, "message", str(e)).splitlines()[0]
+        raise FddpsError(f"measuring transfers between {pairs[0][0]!r} and {pairs[0][1]!r}... "
+                         f"failed: {msg}") from None
+    finally:
+        bar.close()
+    return pd.DataFrame(rows, columns=["src", "dst", "bytes", "repeat", "seconds", "step_seconds",
+                                       "reference_seconds"])
+
+
+def fit_links(transfers: pd.DataFrame):
+    """Fit each measured link (a :class:`costmodel.LinkModel`); its ``links_`` has R² per link."""
+    import costmodel
+
+    return costmodel.LinkModel().fit(transfers)
+
+
+def summarize(transfers: pd.DataFrame) -> pd.DataFrame:
+    """Median transfer seconds and effective bandwidth per link and size (for reports)."""
+    g = transfers.groupby(["src", "dst", "bytes"])["seconds"].median().reset_index()
+    g["bandwidth_GBps"] = np.where(g["seconds"] > 0, g["bytes"] / g["seconds"] / 1e9, np.nan)
+    return g
