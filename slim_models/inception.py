@@ -176,9 +176,9 @@ def inception_v3(L: Layers, images: tf.Tensor, num_classes: int,
             net = avg_pool(net, reduced_kernel(net, 8), 1, "VALID",
                            name="AvgPool_1a")
             net = L.dropout(net, dropout_keep_prob, name="Dropout_1b")
-            net = L.conv2d(net, num_classes, 1, bias=True,
-                           scope="Conv2d_1c_1x1")
-            logits = tf.squeeze(net, [1, 2], name="SpatialSqueeze")
+            # Slim's 1x1 conv on the 1x1 map, as a MatMul (see resnet.py).
+            net = tf.reshape(net, [int(net.shape[0]), -1], name="flatten")
+            logits = L.dense(net, num_classes, scope="Conv2d_1c_1x1")
     return logits, aux_logits
 
 
@@ -194,6 +194,7 @@ def _aux_head(L: Layers, net: tf.Tensor, num_classes: int, valid: str):
         aux = L.conv_bn(aux, 768, reduced_kernel(aux, 5), padding="VALID",
                         scope="Conv2d_2a_5x5")
         L.weights_initializer = v1.truncated_normal_initializer(stddev=0.001)
-        aux = L.conv2d(aux, num_classes, 1, bias=True, scope="Conv2d_2b_1x1")
+        aux = tf.reshape(aux, [int(aux.shape[0]), -1], name="flatten")
+        aux = L.dense(aux, num_classes, scope="Conv2d_2b_1x1")
         L.weights_initializer = init
-        return tf.squeeze(aux, [1, 2], name="SpatialSqueeze")
+        return aux

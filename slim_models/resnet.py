@@ -17,8 +17,11 @@ and 3x3/2 max pool (total stride 32). Strided convolutions pad explicitly
   last 1x1 conv of the residual have a bias and no BN; the root 7x7 conv has
   a bias and no BN; a final BN+ReLU ("postnorm") precedes pooling.
 
-Logits: global average pool, then a 1x1 conv with bias (Slim's layout),
-squeezed to ``[N, num_classes]``.
+Logits: global average pool, then a fully connected layer with bias. TF-Slim
+writes that layer as a 1x1 conv on the 1x1 pooled map; we use a MatMul (same
+weights and math) because TensorFlow 2.21's CPU conv backprop kernels on a 1x1
+map run one GEMV per example over the whole filter, tens of times slower than
+the MatMul (the same holds for Inception-V3's logits and VGG's fc layers).
 
 Reference parameter counts (1000 classes, 224x224; trainable, BN gamma and
 beta counted, moving statistics not):
@@ -138,7 +141,6 @@ def resnet(L: Layers, images: tf.Tensor, num_classes: int,
                                       stride if u == n else 1)
         if version == 2:
             net = L.batch_norm(net, activation=tf.nn.relu, scope="postnorm")
-        net = tf.reduce_mean(net, [1, 2], keepdims=True, name="pool5")
-        net = L.conv2d(net, num_classes, 1, bias=True, scope="logits")
-        logits = tf.squeeze(net, [1, 2], name="SpatialSqueeze")
+        net = tf.reduce_mean(net, [1, 2], name="pool5")
+        logits = L.dense(net, num_classes, scope="logits")
     return logits, None
