@@ -140,13 +140,16 @@ def fifo_order(graph, cluster, device, exec_time=None):
     """Per-device order a first-in-first-out executor would follow.
 
     Whenever a device is free it takes, among its ops whose inputs have
-    arrived, the one earliest in the graph's topological order.
+    arrived, the one earliest in the graph's topological order; if none has
+    arrived, the next to arrive. An event simulation: each op waits in its
+    device's heap of pending ops (by arrival), then of available ops (by
+    topological rank), so the cost is ``O((n + e) log n)``.
 
     Returns
     -------
     list of arrays of int, one per device.
     """
-    n = graph.num_ops
+    n, m = graph.num_ops, cluster.num_devices
     et = graph.exec_times(cluster) if exec_time is None else exec_time
     device = np.asarray(device, dtype=np.int64)
     dur = et[np.arange(n), device].tolist()
@@ -157,27 +160,45 @@ def fifo_order(graph, cluster, device, exec_time=None):
     dev = device.tolist()
     indeg = np.diff(graph.pred_ptr).tolist()
     ready = [0.0] * n
-    free = [0.0] * cluster.num_devices
+    free = [0.0] * m
     succ_ptr, succ_idx, succ_eid = graph.succ_ptr.tolist(), graph.succ_idx.tolist(), graph.succ_eid.tolist()
-    heap = [(0.0, rank[i], i) for i in range(n) if indeg[i] == 0]
-    heapq.heapify(heap)
-    order = [[] for _ in range(cluster.num_devices)]
-    while heap:
-        s, r, i = heapq.heappop(heap)
-        d = dev[i]
-        now = max(ready[i], free[d])
-        if now > s:  # the device got busy since this entry was pushed
-            heapq.heappush(heap, (now, r, i))
+    pending = [[] for _ in range(m)]    # (arrival, rank, op): inputs not all there yet
+    available = [[] for _ in range(m)]  # (rank, op): inputs there, waiting for the device
+    events = []                         # (time, device): the device may start something
+    for i in range(n):
+        if indeg[i] == 0:
+            heapq.heappush(pending[dev[i]], (0.0, rank[i], i))
+    for d in range(m):
+        if pending[d]:
+            heapq.heappush(events, (0.0, d))
+    order = [[] for _ in range(m)]
+    while events:
+        t, d = heapq.heappop(events)
+        if t < free[d]:
+            continue  # stale: the device got busy since
+        waiting, avail = pending[d], available[d]
+        while waiting and waiting[0][0] <= t:
+            _, r, i = heapq.heappop(waiting)
+            heapq.heappush(avail, (r, i))
+        if not avail:
+            if waiting:
+                heapq.heappush(events, (waiting[0][0], d))
             continue
-        f = s + dur[i]
+        _, i = heapq.heappop(avail)
+        f = t + dur[i]
         free[d] = f
         order[d].append(i)
+        heapq.heappush(events, (f, d))
         for p in range(succ_ptr[i], succ_ptr[i + 1]):
             j = succ_idx[p]
-            ready[j] = max(ready[j], f + comm[succ_eid[p]])
+            a = f + comm[succ_eid[p]]
+            if a > ready[j]:
+                ready[j] = a
             indeg[j] -= 1
             if indeg[j] == 0:
-                heapq.heappush(heap, (max(ready[j], free[dev[j]]), rank[j], j))
+                dj = dev[j]
+                heapq.heappush(pending[dj], (ready[j], rank[j], j))
+                heapq.heappush(events, (max(ready[j], free[dj]), dj))
     return [np.asarray(seq, dtype=np.int64) for seq in order]
 
 

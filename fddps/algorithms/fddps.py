@@ -94,9 +94,10 @@ class FDDPS(Scheduler):
         Refine the list schedule by forward-backward passes
         (:mod:`fddps.algorithms.justify`; not in the paper, default True).
         ``improve=False`` is the paper's algorithm alone.
-    improve_budget : int
-        Op placements the refinement may spend (default 200,000: ten thousand
-        passes on a 10-op graph, one on a 100k-op graph).
+    improve_budget : int or None
+        Op placements the refinement may spend; a forward-backward pass costs
+        two per op. Default ``min(200_000, 40 * num_ops)``: up to 20 passes on
+        graphs below 5,000 ops (enough for the STG targets), one pass at 100k ops.
     restarts, seed
         Perturbed restarts of the refinement, and their random seed.
     split : bool
@@ -109,7 +110,7 @@ class FDDPS(Scheduler):
     name = "fddps"
 
     def __init__(self, insertion=True, lookahead=True, prefer_parent=True,
-                 single_device_guard=True, improve=True, improve_budget=200_000,
+                 single_device_guard=True, improve=True, improve_budget=None,
                  restarts=10, seed=0, split=True):
         self.insertion = insertion
         self.lookahead = lookahead
@@ -139,16 +140,18 @@ class FDDPS(Scheduler):
     def _schedule_whole_ops(self, graph, cluster) -> Schedule:
         state = PlacementState(graph, cluster)
         stats = self._list_schedule(state)
-        result = state.to_schedule(self.name, stats)
+        result = state.to_schedule(self.name)
         stats["list_schedule_makespan"] = result.makespan
         if self.improve and graph.num_ops:
             better, improve_stats = forward_backward_improve(
                 graph, cluster, result.start, result.finish, result.makespan,
-                budget=self.improve_budget, restarts=self.restarts, seed=self.seed,
+                budget=(min(200_000, 40 * graph.num_ops) if self.improve_budget is None
+                        else self.improve_budget),
+                restarts=self.restarts, seed=self.seed,
                 exec_time=state.et)
             stats.update(improve_stats)
             if better is not None:
-                candidate = better.to_schedule(self.name, stats)
+                candidate = better.to_schedule(self.name)
                 if candidate.makespan < result.makespan:
                     result = candidate
         if self.single_device_guard and cluster.num_devices > 1:
@@ -158,8 +161,9 @@ class FDDPS(Scheduler):
                 order = [np.zeros(0, dtype=np.int64)] * cluster.num_devices
                 order[k] = graph.topo
                 stats["single_device_fallback"] = True
-                result = Schedule.from_order(graph, cluster, device, order, self.name, stats,
+                result = Schedule.from_order(graph, cluster, device, order, self.name,
                                              exec_time=state.et)
+        result.info.update(stats)
         return result
 
     def _list_schedule(self, state: PlacementState) -> dict:
