@@ -15,7 +15,24 @@ Usage::
         _, loss = sess.run([m.train_op, m.loss])
 
 The input batch is generated in the graph from constant seeds (no feeding),
-identical on every step and run. See `training` for the graph's contents and
+identical on every step and run.
+
+Trainable parameters at ImageNet size, 1000 classes, without auxiliary heads
+(`model_parameter_count`), and what batch norm trains:
+
+==============  ===========  ===========================  ==================
+model           ours         reference                    BN trainable
+==============  ===========  ===========================  ==================
+vgg16           138,357,544  138,357,544 (Keras VGG16)    (no BN)
+inception_v3     23,817,352  23,851,784 (Keras, incl.     beta only
+                             34,432 moving stats)
+resnet50         25,557,032  25,557,032 (torchvision)     gamma and beta
+resnet200        64,726,120  64,673,832 (64.7M, timm)     gamma and beta
+pnasnet_mobile    5,064,487  5.1M (PNASNet paper)         gamma and beta
+nasnet_large     88,753,150  88,949,818 (Keras, incl.     gamma and beta
+                             196,668 moving stats)
+==============  ===========  ===========================  ==================
+ See `training` for the graph's contents and
 the model modules (`vgg`, `inception`, `resnet`, `nasnet`) for the
 architectures and their reference parameter counts.
 """

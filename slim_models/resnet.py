@@ -27,12 +27,15 @@ Reference parameter counts (1000 classes, 224x224; trainable, BN gamma and
 beta counted, moving statistics not):
 
 * ResNet-50 v1: 25,557,032 (torchvision ``resnet50`` and TF-Slim
-  ``resnet_v1_50`` agree: same layers, no conv biases; Keras' 25,636,712
-  differs because its convs carry biases and it counts moving statistics).
-* ResNet-200: 64.7M (64,673,832 for the torchvision/timm-style v1 layout;
-  He et al. report no count for 200 layers, the 64.7M figure comes from the
-  reference implementations). Slim's v2 layout adds the shortcut and conv3
-  biases, about 0.1% more.
+  ``resnet_v1_50`` agree: same layers, no conv biases; Keras' ResNet50,
+  25,636,712 with 25,583,592 trainable, differs because its convs carry
+  biases).
+* ResNet-200: 64,673,832, i.e. "64.7M" as timm's ``resnet200`` lists it: the
+  torchvision layer table (the one giving 25,557,032 for ResNet-50) with
+  blocks 3-24-36-3 (He et al. give no count for 200 layers). Slim's v2
+  layout, built here, adds the biases of the shortcut projections, the conv3
+  layers and the root conv, and moves BN to the unit inputs: 64,726,120,
+  +0.08%.
 """
 
 from __future__ import annotations

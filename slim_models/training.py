@@ -18,6 +18,12 @@ networks, minus the input pipeline:
 
 Variables are resource variables; nothing touches the default graph or any
 global TensorFlow state.
+
+Caveat for multi-step runs: at CIFAR size with batch 2, the last stage of the
+batch-norm networks runs on 1x1 maps, so each batch norm normalises 2 values
+per channel; its gradient is then ~1/sqrt(epsilon) large and these nets
+diverge after a step or two (the loss reaches 1e9 or more; step 0 is fine).
+Batch 8 trains normally. VGG-16 has no batch norm and trains at batch 2.
 """
 
 from __future__ import annotations

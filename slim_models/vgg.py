@@ -14,8 +14,9 @@ whole filter, which made fc7's gradient alone take ~25 s of a batch-64 step
 (a MatMul of the same size takes ~0.2 s).
 
 Reference parameter count (1000 classes, 224x224): 138,357,544 (the VGG paper's
-"138M"; Keras ``applications.VGG16`` reports exactly 138,357,544, TF-Slim's
-conv-as-fc layout has the same count). All of them are trainable.
+"138M"; Keras ``applications.VGG16`` reports exactly 138,357,544, checked
+with keras 3.15.1; TF-Slim's conv-as-fc layout has the same count). All of
+them are trainable, and we build exactly that many.
 
 Small inputs: fc6 covers the whole final map (7x7x512 at 224x224, 1x1x512 at
 32x32), so its weight count follows the input size.
