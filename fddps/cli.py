@@ -1,0 +1,384 @@
+"""The ``fddps`` command: place, simulate, plot, profile, and run the experiments.
+
+Run ``fddps --help`` (or ``python -m fddps --help``) for the commands;
+``fddps`` with no command runs ``fddps demo``: a built-in model placed on a
+built-in cluster of simulated GPUs by every algorithm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from pathlib import Path
+
+#: ``fddps bench NAME`` -> module in ``experiments/`` (each has ``main(argv)``).
+BENCHMARKS = {
+    "stg": "experiments.stg_quality",
+    "search-time": "experiments.search_time",
+    "table5": "experiments.table5",
+    "table7": "experiments.table7",
+    "fig4": "experiments.fig4",
+    "fig5": "experiments.fig5",
+    "real-cluster": "experiments.real_cluster",
+    "model-table": "experiments.model_table",
+    "costmodel-accuracy": "experiments.costmodel_accuracy",
+}
+
+DEMO_ALGORITHMS = ["fddps", "fddps:improve=False", "fastt", "mpdps", "heft", "etf", "single"]
+
+
+class CommandError(Exception):
+    """A user error the command reports in one line (exit status 2)."""
+
+
+# -- shared arguments --------------------------------------------------------------------
+def _add_graph_arguments(p):
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("graph", nargs="?", help="a GraphDef file (.pb binary or .pbtxt text)")
+    src.add_argument("--model", help="a built-in training graph instead: one of slim_models.MODELS")
+    p.add_argument("--batch-size", type=int, default=32, help="batch size of --model (default 32)")
+    p.add_argument("--image-size", type=int, default=32,
+                   help="input size of --model (default 32, CIFAR-10; 224/299/331 for ImageNet)")
+    p.add_argument("--num-classes", type=int, default=10, help="classes of --model (default 10)")
+    p.add_argument("--fetch", nargs="+", metavar="NAME",
+                   help="ops/tensors one training step runs (default for --model: train op and "
+                        "loss; for a file: every node)")
+
+
+def _add_device_arguments(p):
+    dev = p.add_mutually_exclusive_group()
+    dev.add_argument("--devices", nargs="+", metavar="DEVICE",
+                     help="TensorFlow device strings, e.g. /device:GPU:0 /job:worker/task:1/device:GPU:0")
+    dev.add_argument("--gpus", type=int, metavar="N", help="N GPUs per host (default 4)")
+    dev.add_argument("--cpus", type=int, metavar="N", help="N CPU devices on this host")
+    p.add_argument("--hosts", type=int, default=1,
+                   help="with --gpus: number of hosts (/job:worker/task:H/...; default 1)")
+    p.add_argument("--gpu-preset", default="p100",
+                   help="hardware preset for GPUs without a profile: p100 (default), v100, a100, h100")
+    p.add_argument("--cost-model", metavar="FILE",
+                   help="a cost model saved by `fddps profile` (default: analytic presets)")
+    p.add_argument("--memory", type=float, metavar="BYTES",
+                   help="memory capacity of every device (default: the preset's)")
+
+
+def _devices(args) -> list[str]:
+    if args.devices:
+        return args.devices
+    if args.cpus:
+        return [f"/device:CPU:{i}" for i in range(args.cpus)]
+    gpus = args.gpus or 4
+    if args.hosts > 1:
+        return [f"/job:worker/replica:0/task:{h}/device:GPU:{i}"
+                for h in range(args.hosts) for i in range(gpus)]
+    return [f"/device:GPU:{i}" for i in range(gpus)]
+
+
+def _cost_model(args):
+    import costmodel
+
+    if args.cost_model:
+        return costmodel.CostModel.load(args.cost_model)
+    return costmodel.default_cost_model(gpu=args.gpu_preset)
+
+
+def _load_graph(args):
+    """(graph_def, fetches, description) from a file or a built-in model."""
+    if args.model:
+        import slim_models
+
+        if args.model not in slim_models.MODELS:
+            raise CommandError(f"unknown model {args.model!r}; built-in models: "
+                               f"{', '.join(slim_models.MODELS)}")
+        t0 = time.perf_counter()
+        m = slim_models.build_training_graph(args.model, args.batch_size, args.image_size,
+                                             args.num_classes)
+        fetches = args.fetch or [m.train_op.name, m.loss.name]
+        desc = (f"{args.model} training graph, batch {args.batch_size}, {args.image_size}x"
+                f"{args.image_size} inputs, {len(m.graph_def.node)} nodes "
+                f"(built in {time.perf_counter() - t0:.1f} s)")
+        return m.graph_def, fetches, desc
+    path = Path(args.graph)
+    if not path.is_file():
+        raise CommandError(f"no GraphDef file at {path}")
+    from .tf import load_graph
+
+    graph_def, _ = load_graph(str(path))
+    return graph_def, args.fetch, f"{path} ({len(graph_def.node)} nodes)"
+
+
+def _write_graph(graph_def, path):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".pbtxt":
+        from google.protobuf import text_format
+
+        path.write_text(text_format.MessageToString(graph_def))
+    else:
+        path.write_bytes(graph_def.SerializeToString())
+
+
+def _save_plot(schedule, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plot import plot_schedule
+
+    ax = plot_schedule(schedule, critical_path=True, transfers=True)
+    ax.set_title(title)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(ax.figure)
+
+
+# -- commands ------------------------------------------------------------------------------
+def cmd_demo(args):
+    """Place a built-in model on simulated GPUs with every algorithm; print and save the result."""
+    import pandas as pd
+    from tqdm import tqdm
+
+    from . import schedule as run_algorithm
+    from .algorithms import get_algorithm, parse_algorithm
+    from .errors import InfeasibleError
+    from .tf import make_cluster, place, read_graph_def
+
+    args.graph, args.fetch, args.devices, args.cpus = None, None, None, None
+    graph_def, fetches, desc = _load_graph(args)
+    devices = _devices(args)
+    cost_model = _cost_model(args)
+    specs = [parse_algorithm(spec) for spec in args.algorithms]
+    for name, options in specs:
+        get_algorithm(name, **options)  # unknown names and options fail before any work
+    print(f"fddps demo: {desc}")
+    print(f"devices: {len(devices)} x {args.gpu_preset.upper()} (analytic preset) on {args.hosts} "
+          f"host(s); step times predicted by the fddps simulator\n")
+    # Read the graph once; every algorithm schedules the same op graph.
+    cluster = make_cluster(devices, cost_model, args.memory)
+    graph, _ = read_graph_def(graph_def, cost_model, cluster, fetches=fetches)
+    rows, makespans = [], {}
+    for spec, (name, options) in tqdm(list(zip(args.algorithms, specs)), desc="scheduling",
+                                      unit="algorithm", file=sys.stderr):
+        try:
+            s = run_algorithm(graph, cluster, algorithm=name, **options)
+        except InfeasibleError as err:
+            rows.append(dict(algorithm=spec, step_ms=float("nan"), note=f"does not fit: {err}"))
+            continue
+        makespans[spec] = s.makespan
+        rows.append(dict(algorithm=spec, step_ms=s.makespan * 1e3,
+                         search_s=s.info["search_seconds"],
+                         devices_used=len(set(s.device.tolist())), note=""))
+    if not makespans:
+        raise CommandError("no algorithm could place the model on these devices")
+    table = pd.DataFrame(rows)
+    if "single" in makespans:
+        table["speedup_vs_single"] = makespans["single"] * 1e3 / table["step_ms"]
+    with pd.option_context("display.width", 140, "display.precision", 4):
+        print(table.to_string(index=False))
+    best = min(makespans, key=makespans.get)
+    name, options = parse_algorithm(best)
+    p = place(graph_def, devices, cost_model=cost_model, algorithm=name, memory=args.memory,
+              fetches=fetches, **options)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_graph(p.graph_def, out / "placed_graph.pb")
+    p.to_chrome_trace(str(out / "trace.json"))
+    _save_plot(p.schedule, out / "schedule.png", f"{args.model} on {len(devices)} devices: {best}")
+    table.to_csv(out / "algorithms.csv", index=False)
+    print(f"\nbest: {best}\n{p.summary()}")
+    print(f"\nwrote {out}/placed_graph.pb (the placed GraphDef), {out}/schedule.png (Gantt chart), "
+          f"{out}/trace.json (chrome://tracing), {out}/algorithms.csv")
+    return 0
+
+
+def cmd_place(args):
+    """Place a GraphDef on devices and write the placed GraphDef."""
+    from .tf import place
+
+    graph_def, fetches, desc = _load_graph(args)
+    devices = _devices(args)
+    options = {}
+    for item in args.option or []:
+        from .algorithms import parse_algorithm
+
+        options.update(parse_algorithm("x:" + item)[1])
+    p = place(graph_def, devices, cost_model=_cost_model(args), algorithm=args.algorithm,
+              memory=args.memory, fetches=fetches, override=args.override,
+              enforce_order=args.enforce_order, **options)
+    print(f"{desc}\n{p.summary()}")
+    _write_graph(p.graph_def, args.out)
+    print(f"wrote the placed GraphDef to {args.out}")
+    if args.trace:
+        p.to_chrome_trace(args.trace)
+        print(f"wrote a Chrome trace to {args.trace}")
+    if args.plot:
+        _save_plot(p.schedule, args.plot, f"{desc.split(',')[0]}: {args.algorithm}")
+        print(f"wrote a Gantt chart to {args.plot}")
+    if args.schedule_csv:
+        p.to_dataframe().to_csv(args.schedule_csv, index=False)
+        print(f"wrote the schedule to {args.schedule_csv}")
+    return 0
+
+
+def _replay_placed(args):
+    """Schedule of a placed GraphDef as TensorFlow would run it (first-in-first-out per device)."""
+    import numpy as np
+
+    from .schedule import Schedule
+    from .simulate import fifo_order
+    from .tf import make_cluster, normalize_device, read_graph_def
+
+    graph_def, fetches, desc = _load_graph(args)
+    devices = sorted({normalize_device(n.device) for n in graph_def.node if n.device})
+    if not devices:
+        raise CommandError(f"{desc}: no node has a device; place it first (`fddps place`)")
+    cost_model = _cost_model(args)
+    cluster = make_cluster(devices, cost_model, args.memory)
+    graph, _ = read_graph_def(graph_def, cost_model, cluster, fetches=fetches)
+    node_device = {n.name: normalize_device(n.device) if n.device else None for n in graph_def.node}
+    missing = [name for name in graph.names if node_device.get(name) is None]
+    if missing:
+        raise CommandError(f"{desc}: node {missing[0]!r} has no device ({len(missing)} such nodes)")
+    device = np.array([cluster.device_index(node_device[name]) for name in graph.names])
+    order = fifo_order(graph, cluster, device)
+    return Schedule.from_order(graph, cluster, device, order, "as placed"), desc
+
+
+def cmd_simulate(args):
+    """Predict the step of an already placed GraphDef."""
+    from .simulate import simulate
+
+    schedule, desc = _replay_placed(args)
+    g = schedule.graph
+    t = simulate(g, schedule.cluster, schedule.placement)
+    print(f"{desc}\npredicted step time {t.makespan * 1e3:.4g} ms on {schedule.cluster.num_devices} devices")
+    import pandas as pd
+
+    per_device = pd.DataFrame({"busy_ms": t.busy * 1e3, "utilization": t.utilization,
+                               "peak_memory_MB": t.peak_memory / 1e6})
+    with pd.option_context("display.width", 140, "display.precision", 4):
+        print(per_device.to_string())
+        if len(t.transfers):
+            print("\ntransfers:\n" + t.transfers.to_string(index=False))
+    return 0
+
+
+def cmd_plot(args):
+    """Draw the Gantt chart of a placed GraphDef's predicted step."""
+    schedule, desc = _replay_placed(args)
+    _save_plot(schedule, args.out, desc.split(" (")[0])
+    print(f"wrote a Gantt chart of {desc} to {args.out}")
+    return 0
+
+
+def cmd_profile(args):
+    """Profile a graph on this machine's devices and save a fitted cost model."""
+    try:
+        from .tf import profiling
+    except ImportError as e:  # pragma: no cover - ships with fddps
+        raise CommandError(f"profiling is not available: {e}") from None
+    graph_def, fetches, desc = _load_graph(args)
+    print(f"profiling {desc} for {args.steps} steps after {args.warmup} warm-up steps")
+    model = profiling.profile_cost_model(graph_def, fetches=fetches, steps=args.steps,
+                                         warmup=args.warmup, devices=args.devices)
+    model.save(args.out)
+    print(f"wrote the cost model to {args.out}")
+    return 0
+
+
+def cmd_bench(args):
+    """Run one of the experiments in experiments/."""
+    module = importlib.import_module(BENCHMARKS[args.name])
+    module.main(args.args)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fddps",
+        description="Place the ops of a TensorFlow training graph on devices, and order them, so "
+                    "that one step finishes soonest (FD-DPS and baselines). Without a command: "
+                    "`fddps demo`.",
+        epilog="Examples:\n"
+               "  fddps demo --model vgg16 --gpus 8\n"
+               "  fddps place model.pb --devices /device:CPU:0 /device:CPU:1 --out placed.pb\n"
+               "  fddps place --model resnet50 --gpus 4 --hosts 2 --plot gantt.png\n"
+               "  fddps simulate placed.pb\n"
+               "  fddps bench stg --sizes 50 --procs 2",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="place a built-in model with every algorithm and compare")
+    p.add_argument("--model", default="resnet50", help="built-in model (default resnet50)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--num-classes", type=int, default=10)
+    p.add_argument("--gpus", type=int, default=4, help="simulated GPUs per host (default 4)")
+    p.add_argument("--hosts", type=int, default=1)
+    p.add_argument("--gpu-preset", default="p100")
+    p.add_argument("--cost-model", metavar="FILE")
+    p.add_argument("--memory", type=float, metavar="BYTES")
+    p.add_argument("--algorithms", nargs="+", default=DEMO_ALGORITHMS,
+                   help="algorithm names or specs like fddps:improve=False")
+    p.add_argument("--out", default="fddps_demo", help="folder for the outputs (default fddps_demo)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("place", help="place a GraphDef (or a built-in model) and write the result")
+    _add_graph_arguments(p)
+    _add_device_arguments(p)
+    p.add_argument("--algorithm", default="fddps", help="scheduling algorithm (default fddps)")
+    p.add_argument("--option", nargs="+", metavar="KEY=VALUE", help="algorithm options, e.g. split=False")
+    p.add_argument("--override", action="store_true", help="may move ops the graph already pins")
+    p.add_argument("--enforce-order", action="store_true",
+                   help="add control edges so TensorFlow follows the scheduled order per device")
+    p.add_argument("--out", default="placed.pb", help="placed GraphDef (.pb or .pbtxt; default placed.pb)")
+    p.add_argument("--trace", metavar="FILE", help="also write a Chrome trace (JSON)")
+    p.add_argument("--plot", metavar="FILE", help="also write a Gantt chart (PNG)")
+    p.add_argument("--schedule-csv", metavar="FILE", help="also write the schedule as CSV")
+    p.set_defaults(func=cmd_place)
+
+    for name, func, text in (("simulate", cmd_simulate, "predict the step time of a placed GraphDef"),
+                             ("plot", cmd_plot, "draw the Gantt chart of a placed GraphDef")):
+        p = sub.add_parser(name, help=text)
+        _add_graph_arguments(p)
+        p.add_argument("--gpu-preset", default="p100")
+        p.add_argument("--cost-model", metavar="FILE")
+        p.add_argument("--memory", type=float, metavar="BYTES")
+        if name == "plot":
+            p.add_argument("--out", default="schedule.png", help="PNG file (default schedule.png)")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("profile", help="profile a graph here and save a fitted cost model")
+    _add_graph_arguments(p)
+    p.add_argument("--devices", nargs="+", metavar="DEVICE", help="devices to profile on (default CPU)")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--out", default="cost_model.json")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("bench", help="run an experiment: " + ", ".join(BENCHMARKS),
+                       description="Run an experiment; arguments after NAME go to it "
+                                   "(`fddps bench NAME --help`).")
+    p.add_argument("name", choices=sorted(BENCHMARKS))
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of ``fddps`` and ``python -m fddps``; returns the exit status."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["demo"] + list(argv or sys.argv[1:]))
+    from .errors import FddpsError
+
+    try:
+        return args.func(args)
+    except (CommandError, FddpsError) as err:
+        print(f"fddps {args.command}: error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,84 @@
+"""The fddps command: demo (README's main job), place -> simulate -> plot, bench, bad arguments."""
+
+import subprocess
+import sys
+
+import pytest
+
+from fddps.cli import main
+
+tf = pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="module")
+def small_graph_file(tmp_path_factory):
+    """A small two-branch graph saved as a binary GraphDef."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.random.stateless_normal([64, 64], seed=[1, 2], name="x")
+        a = tf.matmul(x, x, name="a")
+        b = tf.matmul(x, tf.transpose(x), name="b")
+        tf.add(tf.nn.relu(a), tf.nn.relu(b), name="out")
+    path = tmp_path_factory.mktemp("graphs") / "small.pb"
+    path.write_bytes(g.as_graph_def().SerializeToString())
+    return path
+
+
+def test_demo_places_a_built_in_model_and_writes_its_outputs(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--model", "resnet50", "--batch-size", "2", "--gpus", "2",
+                 "--algorithms", "fddps", "heft", "single", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "fddps" in text and "heft" in text and "speedup_vs_single" in text
+    for name in ("placed_graph.pb", "schedule.png", "trace.json", "algorithms.csv"):
+        assert (out / name).stat().st_size > 0
+    placed = tf.compat.v1.GraphDef()
+    placed.ParseFromString((out / "placed_graph.pb").read_bytes())
+    assert {n.device for n in placed.node} <= {"/device:GPU:0", "/device:GPU:1"}
+
+
+def test_place_then_simulate_then_plot(small_graph_file, tmp_path, capsys):
+    placed = tmp_path / "placed.pbtxt"
+    assert main(["place", str(small_graph_file), "--cpus", "2", "--out", str(placed),
+                 "--trace", str(tmp_path / "t.json"), "--schedule-csv", str(tmp_path / "s.csv")]) == 0
+    assert "predicted step time" in capsys.readouterr().out
+    assert placed.read_text().count('device: "/device:CPU:') >= 5
+    assert main(["simulate", str(placed)]) == 0
+    assert "predicted step time" in capsys.readouterr().out
+    png = tmp_path / "gantt.png"
+    assert main(["plot", str(placed), "--out", str(png)]) == 0
+    assert png.stat().st_size > 1000
+
+
+def test_bench_dispatches_to_the_experiment(capsys, tmp_path):
+    pytest.importorskip("experiments.stg_quality")
+    from experiments.stg_quality import stg_root
+
+    try:
+        stg_root()
+    except FileNotFoundError:
+        pytest.skip("no STG benchmark set")
+    assert main(["bench", "stg", "--sizes", "50", "--procs", "2", "--limit", "3",
+                 "--algorithms", "fddps", "--out", str(tmp_path / "stg.csv")]) == 0
+    assert "mean_ratio" in capsys.readouterr().out
+
+
+def test_bad_arguments_get_one_clear_line(small_graph_file, tmp_path, capsys):
+    assert main(["place", "--model", "alexnet", "--cpus", "2"]) == 2
+    assert "unknown model 'alexnet'; built-in models: vgg16" in capsys.readouterr().err
+    assert main(["place", str(tmp_path / "missing.pb"), "--cpus", "2"]) == 2
+    assert "no GraphDef file at" in capsys.readouterr().err
+    assert main(["place", str(small_graph_file), "--devices", "/device:QPU:0"]) == 2
+    assert "QPU" in capsys.readouterr().err
+    assert main(["simulate", str(small_graph_file)]) == 2
+    assert "no node has a device" in capsys.readouterr().err
+    assert main(["demo", "--algorithms", "nope", "--batch-size", "2"]) == 2
+    assert "unknown algorithm 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "no-such-experiment"])
+
+
+def test_help_runs_as_a_program():
+    out = subprocess.run([sys.executable, "-m", "fddps", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "place" in out.stdout and "bench" in out.stdout
