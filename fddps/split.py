@@ -314,6 +314,29 @@ def apply_splits(graph: OpGraph, decisions) -> OpGraph:
     return new
 
 
+def schedule_with_splits(schedule_whole, graph: OpGraph, cluster, enabled=True, **plan_options):
+    """Schedule ``graph`` whole and split; return the faster schedule.
+
+    ``schedule_whole(graph, cluster) -> Schedule`` is the algorithm's own
+    search. When :func:`plan_splits` (given ``plan_options``) decides some
+    splits, the split graph is scheduled too and kept only if its predicted
+    step is shorter, so splitting never makes a schedule worse; with
+    ``enabled=False`` only the whole graph is scheduled. The result's
+    ``info`` gains ``splits`` (the decisions kept, possibly none),
+    ``splits_planned`` and, when split, ``unsplit_makespan``.
+    """
+    result = schedule_whole(graph, cluster)
+    decisions = plan_splits(graph, cluster, **plan_options) if enabled else []
+    if decisions:
+        split_result = schedule_whole(apply_splits(graph, decisions), cluster)
+        if split_result.makespan < result.makespan:
+            split_result.info.update(splits=decisions, unsplit_makespan=result.makespan)
+            result = split_result
+    result.info.setdefault("splits", [])
+    result.info["splits_planned"] = len(decisions)
+    return result
+
+
 def decisions_table(decisions) -> pd.DataFrame:
     """The decisions as a table like the paper's Table 6: op, type, dimension, size, parts, gain."""
     return pd.DataFrame([dict(op=d.candidate.op, op_type=d.candidate.rule.op_type,

@@ -55,7 +55,7 @@ import heapq
 
 import numpy as np
 
-from ..split import apply_splits, plan_splits
+from ..split import schedule_with_splits
 from .base import PlacementState, Scheduler, bottom_levels, register, top_levels
 from .heft import topological_position
 
@@ -100,18 +100,8 @@ class FastT(Scheduler):
         self.split = split
 
     def _schedule(self, graph, cluster):
-        result = self._schedule_whole_ops(graph, cluster)
-        if self.split and graph.split_candidates:
-            decisions = plan_splits(graph, cluster, critical_slack=self.CRITICAL_SLACK)
-            result.info["splits_planned"] = len(decisions)
-            if decisions:
-                split_result = self._schedule_whole_ops(apply_splits(graph, decisions), cluster)
-                if split_result.makespan < result.makespan:
-                    split_result.info.update(splits_planned=len(decisions), splits=decisions,
-                                             unsplit_makespan=result.makespan)
-                    result = split_result
-        result.info.setdefault("splits", [])
-        return result
+        return schedule_with_splits(self._schedule_whole_ops, graph, cluster, enabled=self.split,
+                                    critical_slack=self.CRITICAL_SLACK)
 
     def _schedule_whole_ops(self, graph, cluster):
         state = PlacementState(graph, cluster)

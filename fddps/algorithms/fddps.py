@@ -71,7 +71,7 @@ import numpy as np
 
 from ..schedule import Schedule
 from .base import PlacementState, Scheduler, bottom_levels, register
-from ..split import apply_splits, plan_splits
+from ..split import schedule_with_splits
 from .justify import forward_backward_improve
 from .single import best_single_device
 
@@ -123,19 +123,7 @@ class FDDPS(Scheduler):
         self.split = split
 
     def _schedule(self, graph, cluster) -> Schedule:
-        result = self._schedule_whole_ops(graph, cluster)
-        if self.split and graph.split_candidates:
-            decisions = plan_splits(graph, cluster)
-            result.info["splits_planned"] = len(decisions)
-            if decisions:
-                split_result = self._schedule_whole_ops(apply_splits(graph, decisions), cluster)
-                # Keep the split graph only when it predicts a shorter step.
-                if split_result.makespan < result.makespan:
-                    split_result.info.update(splits_planned=len(decisions), splits=decisions,
-                                             unsplit_makespan=result.makespan)
-                    result = split_result
-        result.info.setdefault("splits", [])
-        return result
+        return schedule_with_splits(self._schedule_whole_ops, graph, cluster, enabled=self.split)
 
     def _schedule_whole_ops(self, graph, cluster) -> Schedule:
         state = PlacementState(graph, cluster)
