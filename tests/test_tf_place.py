@@ -178,6 +178,11 @@ def test_read_graph_def_marks_ops_without_kernel():
     assert graph.device_types == ("CPU", "GPU")
     assert np.isinf(graph.cost[seg, 0]) and np.isfinite(graph.cost[seg, 1])
     assert info["kernels_unchecked"] == (["GPU"] if not tf.test.is_built_with_gpu_support() else [])
+    graph2, _ = read_graph_def(cnn_with_no_cpu_kernel(), cm, ["/cpu:0", "/gpu:0"])
+    np.testing.assert_array_equal(graph2.cost, graph.cost)
+    untyped = Cluster.homogeneous(2, names=["/cpu:0", "/cpu:1"])  # type "device"
+    with pytest.raises(ClusterError, match="'/cpu:0' has type 'device'.*make_cluster"):
+        read_graph_def(cnn_with_no_cpu_kernel(), cm, untyped)
 
 
 # -- place: correctness and fidelity -------------------------------------------------------

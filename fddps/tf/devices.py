@@ -17,6 +17,7 @@ Memory per device, first found:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import numpy as np
@@ -100,6 +101,11 @@ def host_of(spec) -> str:
     return f"/job:{job}/replica:{spec.replica or 0}/task:{spec.task or 0}"
 
 
+@functools.lru_cache(maxsize=4096)
+def _spec(name: str):
+    return _tf().DeviceSpec.from_string(name)
+
+
 def device_matches(requested, device) -> bool:
     """Whether the (possibly partial) ``requested`` device spec covers ``device``.
 
@@ -112,9 +118,8 @@ def device_matches(requested, device) -> bool:
     >>> device_matches("/job:worker/task:1", "/job:worker/replica:0/task:0/device:CPU:0")
     False
     """
-    tf = _tf()
-    r = requested if isinstance(requested, tf.DeviceSpec) else tf.DeviceSpec.from_string(requested)
-    d = device if isinstance(device, tf.DeviceSpec) else tf.DeviceSpec.from_string(device)
+    r = _spec(requested) if isinstance(requested, str) else requested
+    d = _spec(device) if isinstance(device, str) else device
     dev_fields = {"job": d.job or "localhost", "replica": d.replica or 0, "task": d.task or 0,
                   "device_type": (d.device_type or "").upper(), "device_index": d.device_index}
     req_fields = {"job": r.job, "replica": r.replica, "task": r.task,
@@ -156,6 +161,26 @@ def _bytes(value, what):
     if not v >= 0:
         raise ClusterError(f"{what} must be >= 0 bytes, got {value!r}")
     return v
+
+
+def check_cluster(cluster) -> Cluster:
+    """Return ``cluster`` if its devices are named and typed as TensorFlow devices.
+
+    Raises
+    ------
+    ClusterError
+        If a device name does not parse, or its type differs from the name's
+        device type (build the cluster with :func:`make_cluster`).
+    """
+    if not isinstance(cluster, Cluster):
+        raise ClusterError(f"expected a Cluster, got {type(cluster).__name__}")
+    for d in cluster.devices:
+        spec = parse_device(d.name, "cluster device")
+        if d.type != spec.device_type:
+            raise ClusterError(f"cluster device {d.name!r} has type {d.type!r}, not its TensorFlow "
+                               f"type {spec.device_type!r}; build the cluster with "
+                               "fddps.tf.make_cluster(devices, cost_model)")
+    return cluster
 
 
 def make_cluster(devices, cost_model, memory=None) -> Cluster:

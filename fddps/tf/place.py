@@ -28,10 +28,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ..cluster import Cluster
 from ..errors import ClusterError, FddpsError, GraphError, InfeasibleError
 from ..graph import OpGraph
 from ..simulate import peak_memory
-from .devices import device_matches, make_cluster, parse_device
+from .devices import check_cluster, device_matches, make_cluster
 from .graphdef import (CONTROL_FLOW_OPS, MERGE_OPS, SWITCH_OPS, GraphAnalysis, _parse_input,
                        _tf, analyse)
 
@@ -104,9 +105,10 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
     cost_model : object
         ``op_times(ops, device_type) -> seconds`` per op table row (one call per
         device type of the cluster) and ``memory(ops) -> (persistent, transient)``.
-    cluster : Cluster
+    cluster : Cluster or list of str
         Devices named by TensorFlow device strings and typed by TensorFlow
-        device type (as :func:`fddps.tf.devices.make_cluster` builds them).
+        device type (as :func:`fddps.tf.devices.make_cluster` builds them), or
+        device strings to build it from.
     override : bool
         If False (default), ops with a requested device keep it (pinned to the
         first cluster device it matches); if True, requested devices are ignored.
@@ -133,11 +135,16 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
         If the input is not a GraphDef TensorFlow can import, or a fetch is unknown.
     ClusterError
         If an op requests a device that matches no device of the cluster (and
-        ``override`` is False), or requests a malformed one.
+        ``override`` is False), or requests a malformed one; or a cluster device
+        is not a TensorFlow device of its type.
     InfeasibleError
         If an op has no kernel on any device type of the cluster (the op, its
         type and the device types are named).
     """
+    if isinstance(cluster, Cluster):
+        check_cluster(cluster)
+    else:
+        cluster = make_cluster(cluster, cost_model)
     analysis = analyse(graph_def, unknown_dim)
     table = analysis.table
     n_all = len(table)
