@@ -72,9 +72,6 @@ COLOCATION_EXEMPT_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall",
 #: Bytes per element assumed for ``string`` tensors (their size is data-dependent).
 STRING_ELEMENT_BYTES = 8
 
-#: Device types whose kernel availability the local TensorFlow build can tell
-#: (a ``tensorflow-cpu`` build registers only a few GPU kernels, so its
-#: registry cannot say which ops lack one).
 _TF = None
 
 
@@ -240,7 +237,13 @@ def _attr_shape_bytes(node_def, unknown_dim):
 
 # -- kernels ------------------------------------------------------------------------------
 class _KernelIndex:
-    """Which device types have a kernel for a node, honouring kernel type constraints."""
+    """Which device types have a kernel for a node, honouring kernel type constraints.
+
+    ``checked_types``: the device types whose kernels this build registers in
+    full: CPU, and GPU on a GPU build. A ``tensorflow-cpu`` build registers only
+    a few hundred GPU kernels, so its registry cannot tell which ops lack one:
+    there, GPU kernels are not checked (every op is assumed to have one).
+    """
 
     def __init__(self):
         tf = _tf()
