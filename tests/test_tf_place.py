@@ -301,6 +301,8 @@ def test_place_accepts_a_cluster_and_device_spellings(cnn_graph):
 # -- bad input ------------------------------------------------------------------------------
 @pytest.mark.parametrize("graph_def, match", [
     (b"\x07this is not a GraphDef\xff\x00", "not a serialized GraphDef"),
+    (b"\x50\x01", "not a serialized GraphDef.*no nodes"),  # parses: one unknown field
+    (b"", "no nodes"),
     (12345, "must be a GraphDef.*int"),
     ("/no/such/file.pb", "not a file"),
 ])

@@ -475,14 +475,14 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
             label.setdefault(roots[i], node.name)
     group = [label.get(r, nodes[r].name) if size[r] > 1 else None for r in roots]
 
-    shapes_known = np.array([all(out_known[i]) for i in range(n)]) & in_known & param_known
+    shapes_known = np.array([all(out_known[i]) for i in range(n)], dtype=bool) & in_known & param_known
     table = pd.DataFrame({
         "name": [node.name for node in nodes],
         "op_type": [node.op for node in nodes],
         "flops": flops,
         "flops_known": flops_known,
         "input_bytes": input_bytes,
-        "output_bytes": np.array([float(sum(b)) for b in out_bytes]),
+        "output_bytes": np.array([float(sum(b)) for b in out_bytes], dtype=np.float64),
         "param_bytes": param_bytes,
         "shapes_known": shapes_known,
         "requested_device": [node.device for node in nodes],

@@ -135,7 +135,8 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
     Raises
     ------
     GraphError
-        If the input is not a GraphDef TensorFlow can import, or a fetch is unknown.
+        If the input is not a GraphDef TensorFlow can import, has no nodes, or a
+        fetch is unknown.
     ClusterError
         If an op requests a device that matches no device of the cluster (and
         ``override`` is False), or requests a malformed one; or a cluster device
@@ -151,6 +152,8 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
     analysis = analyse(graph_def, unknown_dim)
     table = analysis.table
     n_all = len(table)
+    if n_all == 0:
+        raise GraphError("graph_def has no nodes: there is nothing to place")
     keep = np.ones(n_all, dtype=bool) if fetches is None else _step_nodes(analysis, fetches)
     idx = np.flatnonzero(keep)
     ops = table.iloc[idx].reset_index(drop=True)
