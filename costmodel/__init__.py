@@ -26,8 +26,8 @@ __all__ = ["CostModel", "default_cost_model", "presets", "Presets", "DevicePrese
            "CostModelError", "ProfileError", "ProfileMismatchError"]
 
 from .memory import measured_transient, memory_summary  # noqa: E402
-from .profile import Profile, iterated_mean  # noqa: E402
+from .profile import Profile, iterated_mean, merge_profiles  # noqa: E402
 from .regression import LinkModel, OpTimeModel, fit_cost_model  # noqa: E402
 
-__all__ += ["Profile", "iterated_mean", "OpTimeModel", "LinkModel", "fit_cost_model",
+__all__ += ["Profile", "iterated_mean", "merge_profiles", "OpTimeModel", "LinkModel", "fit_cost_model",
             "measured_transient", "memory_summary"]

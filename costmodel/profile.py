@@ -113,8 +113,10 @@ class Profile:
         ``transient_bytes`` (outputs + temporaries measured, NaN if unknown).
     steps : pandas.DataFrame
         One row per measured step: ``step``, ``traced`` (bool), ``wall_seconds``;
-        for traced steps also ``span_seconds`` (first op start to last op end),
-        ``op_seconds`` (sum of the op times) and ``timed_nodes``.
+        for traced steps also ``span_seconds`` (first op start to last op end,
+        on the device where that is longest), ``idle_seconds`` (summed over
+        devices: span minus the op times inside it), ``op_seconds`` (sum of the
+        op times) and ``timed_nodes``.
     unmapped : list of str
         Names timed by TensorFlow that match no op of the GraphDef (Grappler's
         own nodes whose origin could not be found); their time is not in ``ops``.
@@ -172,15 +174,16 @@ class Profile:
         With one inter-op thread a device runs one op at a time, so what a
         traced step's span holds beyond its op times is the executor's work
         between ops (scheduling, allocation); the median over traced steps,
-        floored at 0, NaN when the steps carry no span.
+        floored at 0, NaN when the steps carry no span. Meaningful for a
+        one-device profile (on several, idle time also waits for transfers).
         """
-        if "span_seconds" not in self.steps.columns:
+        if "idle_seconds" not in self.steps.columns:
             return float("nan")
         t = self.steps[self.steps["traced"].astype(bool)]
-        t = t[np.isfinite(t["span_seconds"].astype(float)) & (t["timed_nodes"] > 0)]
+        t = t[np.isfinite(t["idle_seconds"].astype(float)) & (t["timed_nodes"] > 0)]
         if t.empty:
             return float("nan")
-        gap = (t["span_seconds"] - t["op_seconds"]) / t["timed_nodes"]
+        gap = t["idle_seconds"] / t["timed_nodes"]
         return max(0.0, float(np.median(gap)))
 
     def report(self) -> str:
@@ -294,3 +297,55 @@ def _frame_to_json(df: pd.DataFrame) -> dict:
             out[c] = [None if (v is None or (isinstance(v, float) and not np.isfinite(v))) else v
                       for v in col.tolist()]
     return out
+
+
+def merge_profiles(profiles) -> Profile:
+    """One profile from several profiles of the same graph on the same device type.
+
+    Profiles taken in turns (a few steps at a time, alternating with other
+    work) spread a machine's changing load over all of them. Each op's time is
+    the :func:`iterated_mean` of its per-profile times; an op is ``timed`` if
+    any profile timed it (``fused``, then ``pruned`` otherwise); ``samples``
+    add up; steps are concatenated and renumbered.
+
+    Raises
+    ------
+    ProfileMismatchError
+        If the profiles come from different graphs or device types.
+    ProfileError
+        If ``profiles`` is empty.
+    """
+    profiles = list(profiles)
+    if not profiles:
+        raise ProfileError("merge_profiles needs at least one profile")
+    first = profiles[0]
+    for p in profiles[1:]:
+        if p.meta.get("graph") != first.meta.get("graph") or p.device_type != first.device_type:
+            raise ProfileMismatchError("merge_profiles: the profiles come from different graphs or "
+                                       f"device types ({first.device_type} vs {p.device_type})")
+    ops = pd.concat([p.ops.assign(_k=k) for k, p in enumerate(profiles)], ignore_index=True)
+    secs = ops.pivot_table(index="name", columns="_k", values="seconds", aggfunc="first")
+    mean, std, _ = iterated_mean(secs.to_numpy())
+    rank = {TIMED: 0, FUSED: 1, PRUNED: 2}
+    best = (ops.assign(_r=ops["status"].map(rank)).sort_values(["name", "_r", "_k"], kind="stable")
+            .drop_duplicates("name"))
+    order = {n: i for i, n in enumerate(first.ops["name"])}
+    best = best.assign(_o=best["name"].map(lambda n: order.get(n, len(order)))).sort_values("_o")
+    merged = best.drop(columns=["_k", "_r", "_o"]).set_index("name")
+    merged["seconds"] = pd.Series(mean, index=secs.index)
+    merged["std"] = pd.Series(std, index=secs.index)
+    if "samples" in ops.columns:
+        merged["samples"] = ops.groupby("name")["samples"].sum()
+    if "transient_bytes" in ops.columns:
+        merged["transient_bytes"] = ops.groupby("name")["transient_bytes"].max()
+    steps = []
+    offset = 0
+    for p in profiles:
+        s = p.steps.copy()
+        s["step"] = s["step"] + offset
+        offset = int(s["step"].max()) + 1 if len(s) else offset
+        steps.append(s)
+    unmapped = sorted(set().union(*(p.unmapped for p in profiles)))
+    meta = {**first.meta, "steps": int(sum(p.meta.get("steps", 0) for p in profiles)),
+            "merged_profiles": len(profiles)}
+    return Profile(merged.reset_index(), pd.concat(steps, ignore_index=True), unmapped, meta)

@@ -24,7 +24,10 @@ maps timings back to GraphDef names using the executed partition graphs
   name derives from, when one does; otherwise its name is listed as *unmapped*;
 - a GraphDef op of the step that never ran (folded, pruned): **pruned**, 0 s;
 - a GraphDef op that ran but was not timed is left out of the profile, so the
-  cost model estimates it and counts it as a fallback.
+  cost model estimates it and counts it as a fallback;
+- the runtime's cross-device plumbing (``_Send``/``_Recv``,
+  ``GroupCrossDeviceControlEdges_*``), when a placed graph is profiled, is
+  counted in ``meta["comm_nodes"]`` and ``meta["comm_seconds"]``, not mapped.
 
 Example
 -------
@@ -55,6 +58,8 @@ GRAPPLER_SCOPES = ("ConstantFolding", "ArithmeticOptimizer", "LayoutOptimizer", 
                    "CommonSubgraphElimination", "ShapeOptimizer", "AutoParallel", "Mkl")
 #: Step-stats pseudo nodes that are no op of any graph.
 _PSEUDO_NODES = frozenset({"_SOURCE", "_SINK"})
+#: Op types the runtime adds to move tensors between devices.
+_COMM_TYPES = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 
 
 def _op_name(fetch) -> str:
@@ -136,6 +141,12 @@ def grappler_origin(name: str, known) -> str | None:
                 break
             cand = cand[:cut]
     return None
+
+
+def _is_comm(ns) -> bool:
+    """Whether a timed node is TensorFlow's cross-device plumbing, not an op of the graph."""
+    return (_node_type(ns) in _COMM_TYPES or ns.node_name.startswith("GroupCrossDeviceControlEdges")
+            or ns.timeline_label.startswith(("[_Send", "[_Recv")))
 
 
 def _node_seconds(ns, use_nanos: bool) -> float:
@@ -256,6 +267,7 @@ def profile(model=None, *, graph=None, fetches=None, init=None, steps: int = 10,
                                          intra_op_parallelism_threads=intra_op_threads or 0)
     traced = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE, output_partition_graphs=True)
     per_step = []          # per traced step: {name: seconds}
+    comm_names, comm_seconds = set(), []
     memory = defaultdict(list)
     executed_type, node_device, partition = {}, {}, {}
     walls = []
@@ -271,7 +283,7 @@ def profile(model=None, *, graph=None, fetches=None, init=None, steps: int = 10,
             for s in range(steps):
                 t0 = time.perf_counter()
                 sess.run(fetch_list)
-                walls.append((s, False, time.perf_counter() - t0, np.nan, np.nan, 0))
+                walls.append((s, False, time.perf_counter() - t0, np.nan, np.nan, np.nan, 0))
                 bar.update()
                 rm = tf1.RunMetadata()
                 t0 = time.perf_counter()
@@ -285,22 +297,34 @@ def profile(model=None, *, graph=None, fetches=None, init=None, steps: int = 10,
                 use_nanos = any(ns.all_end_rel_nanos for d in rm.step_stats.dev_stats
                                 for ns in d.node_stats)
                 times = defaultdict(float)
-                starts, ends = [], []
+                spans, idle = [], 0.0
+                comm_step = 0.0
                 for dev in rm.step_stats.dev_stats:
+                    starts, ends, busy = [], [], 0.0
                     for ns in dev.node_stats:
                         if ns.node_name in _PSEUDO_NODES:
                             continue
                         sec = _node_seconds(ns, use_nanos)
+                        if _is_comm(ns):
+                            comm_names.add(ns.node_name)
+                            comm_step += sec
+                            continue
                         times[ns.node_name] += sec
                         start = ns.all_start_nanos * 1e-9 if use_nanos else ns.all_start_micros * 1e-6
-                        starts.append(start)
-                        ends.append(start + sec)
+                        if start > 0:  # proto3 drops a zero start: such a node has no time base
+                            starts.append(start)
+                            ends.append(start + sec)
+                            busy += sec
                         executed_type.setdefault(ns.node_name, _node_type(ns))
                         node_device.setdefault(ns.node_name, dev.device)
                         memory[ns.node_name].append(_node_memory(ns))
+                    if starts:
+                        spans.append(max(ends) - min(starts))
+                        idle += spans[-1] - busy
                 per_step.append(times)
-                span = max(ends) - min(starts) if starts else float("nan")
-                walls.append((s, True, wall, span, float(sum(times.values())), len(times)))
+                comm_seconds.append(comm_step)
+                span = max(spans) if spans else float("nan")
+                walls.append((s, True, wall, span, idle, float(sum(times.values())), len(times)))
     except tf.errors.OpError as e:
         raise GraphError(f"a profiled step failed: {e.message.splitlines()[0]}") from None
     finally:
@@ -398,9 +422,11 @@ def profile(model=None, *, graph=None, fetches=None, init=None, steps: int = 10,
             "inter_op_threads": session_config.inter_op_parallelism_threads,
             "intra_op_threads": session_config.intra_op_parallelism_threads,
             "target": target, "tensorflow": tf.__version__,
+            "comm_nodes": len(comm_names),
+            "comm_seconds": float(np.median(comm_seconds)) if comm_seconds else 0.0,
             "not_timed": [n for n in step_names if n in partition and n not in samples
                           and n not in fused_into]}
     info.update(meta or {})
     steps_df = pd.DataFrame(walls, columns=["step", "traced", "wall_seconds", "span_seconds",
-                                            "op_seconds", "timed_nodes"])
+                                            "idle_seconds", "op_seconds", "timed_nodes"])
     return costmodel.Profile(ops, steps_df, unmapped, info)

@@ -1,0 +1,361 @@
+"""How well the cost model predicts what it was not shown: op times, step times, links.
+
+Three parts, each printing what it measured and how:
+
+A. **Single device (CPU, one core).** For each model (ResNet-50, Inception-V3
+   training graphs from ``slim_models``), profile the step at batch ``b1`` and
+   at batch ``b2``, in alternating rounds so that the load other processes put
+   on the machine hits both alike (:func:`costmodel.merge_profiles`). Then
+
+   - *held-out ops*: 5-fold cross-validation over the ops of the ``b1``
+     profile: each op is predicted by a model fitted without it (so from its
+     type's regression on FLOPs and bytes, or the calibrated preset);
+   - *cross-batch*: the model fitted on ``b1`` predicts every op at ``b2``;
+   - *step time*: the model fitted on ``b1`` places the ``b2`` graph on one
+     device (``fddps.tf.place(..., algorithm="single")``); its makespan plus the
+     executor's per-op gap and the per-run overhead (both read from the ``b1``
+     profile) is compared with the measured median ``b2`` step.
+
+   Errors are relative, ``|predicted - measured| / measured``, over the ops the
+   profile timed (not fused or pruned ones); "big ops" are those measured at
+   100 us or more. The device is an in-process session held to one thread
+   (``intra_op = inter_op = 1``), a device that runs one op at a time, as the
+   scheduler assumes; on this shared 2-core machine one thread is also far less
+   disturbed by other processes than two.
+
+B. **Links.** Two ``local_cluster`` tasks (one core each): transfers of 4 B to
+   24 MB both ways (``fddps.tf.comm_bench``), latency and bandwidth fitted per
+   link by linear regression, R² per link.
+
+C. **Placed graphs on the 2-worker cluster.** Per model at batch ``b1``: profile
+   the step on task 0 alone, fit a cost model (that profile + part B's links +
+   the one-core CPU preset), place the graph on both tasks with FD-DPS and on
+   task 0 alone, run both placed graphs step by step in turns (so both see the
+   same load from other processes), and compare each predicted makespan (plus
+   the measured per-run overhead of a step on both tasks, and the executor gap
+   per op) with the measured median step, and the predicted with the measured
+   speed-up.
+
+Usage::
+
+    python -m experiments.costmodel_accuracy                 # all parts (~15-25 min on 2 busy cores)
+    python -m experiments.costmodel_accuracy --parts A --models resnet50 --steps 3
+    python -m experiments.costmodel_accuracy --out /tmp/costmodel_accuracy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _rel(pred, meas):
+    pred, meas = np.asarray(pred, float), np.asarray(meas, float)
+    return np.abs(pred - meas) / meas
+
+
+def _session_overhead(target="", devices=(None,), config=None, runs=30):
+    """Median wall time of a Session.run of one trivial op on each of ``devices``."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        outs = []
+        for d in devices:
+            with tf1.device(d):
+                outs.append(tf.identity(tf.constant(0.0)) + 1.0)
+        step = tf.group(*outs)
+    with tf1.Session(target, graph=g, config=config) as s:
+        for _ in range(3):
+            s.run(step)
+        t = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            s.run(step)
+            t.append(time.perf_counter() - t0)
+    return float(np.median(t))
+
+
+def _step_times(graph_defs, fetch, init, target, steps, warmup=2):
+    """Wall times of ``steps`` runs of ``fetch`` in each graph, the graphs taking turns.
+
+    Taking turns step by step puts every graph under the same load from other
+    processes. Returns one list of seconds per graph.
+    """
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    sessions = []
+    try:
+        for gd in graph_defs:
+            g = tf.Graph()
+            with g.as_default():
+                tf1.import_graph_def(gd, name="")
+            sess = tf1.Session(target, graph=g)
+            sessions.append(sess)
+            sess.run(init)
+        for _ in range(warmup):
+            for sess in sessions:
+                sess.run(fetch)
+        times = [[] for _ in sessions]
+        for _ in range(steps):
+            for k, sess in enumerate(sessions):
+                t0 = time.perf_counter()
+                sess.run(fetch)
+                times[k].append(time.perf_counter() - t0)
+    finally:
+        for sess in sessions:
+            sess.close()
+    return times
+
+
+def _one_core_config():
+    import tensorflow as tf
+
+    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+
+
+def part_a(models, b1, b2, image_size, steps, rounds):
+    """Single-device accuracy: held-out ops, cross-batch ops, step time."""
+    import costmodel
+    import slim_models
+    from fddps.tf import op_table, place
+    from fddps.tf.profiling import profile
+
+    cfg = _one_core_config()
+    base = costmodel.CostModel({"CPU": costmodel.cpu_preset(1)})
+    rows = []
+    for name in models:
+        t0 = time.perf_counter()
+        built = {b: slim_models.build_training_graph(name, batch_size=b, image_size=image_size,
+                                                     num_classes=10) for b in (b1, b2)}
+        tables = {b: op_table(m.graph_def) for b, m in built.items()}
+        chunks = {b1: [], b2: []}
+        for r in range(rounds):
+            for b in (b1, b2):
+                chunks[b].append(profile(built[b], steps=steps, warmup=1, session_config=cfg,
+                                         progress=True, meta={"model": name, "batch": b}))
+        prof = {b: costmodel.merge_profiles(c) for b, c in chunks.items()}
+        for b in (b1, b2):
+            print(f"\n[{name} batch {b}] " + prof[b].report())
+        m1, m2 = prof[b1].join(tables[b1]), prof[b2].join(tables[b2])
+        timed1 = (m1["status"] == "timed").to_numpy()
+
+        # Held-out ops: 5 folds over the b1 profile; the held-out ops get new names
+        # so that nothing of their own measurement is used.
+        rng = np.random.default_rng(0)
+        fold = rng.integers(0, 5, len(m1))
+        held_pred = np.full(len(m1), np.nan)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", costmodel.ProfileCoverageWarning)
+            for k in range(5):
+                cm_k = costmodel.fit_cost_model(m1[fold != k], base=base)
+                test = m1[fold == k].assign(name=lambda d: "heldout/" + d["name"])
+                held_pred[fold == k] = cm_k.op_times(test, "CPU")
+            cm1 = costmodel.fit_cost_model(m1, base=base, graph=prof[b1].meta["graph"])
+            cross = cm1.op_times(m2, "CPU")
+            sources = cm1.last_report.counts
+        y1 = m1["seconds"].to_numpy()
+        held_rel = _rel(held_pred[timed1], y1[timed1])
+        timed2 = (m2["status"] == "timed").to_numpy()
+        y2 = m2["seconds"].to_numpy()
+        cross_rel = _rel(cross[timed2], y2[timed2])
+        big1, big2 = y1[timed1] >= 1e-4, y2[timed2] >= 1e-4
+
+        # Step time at b2 from the b1 model, through the TF adapter's single-device placement.
+        fetch = built[b2].train_op.name
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", costmodel.ProfileCoverageWarning)
+            placed = place(built[b2].graph_def, ["/device:CPU:0"], cost_model=cm1,
+                           algorithm="single", fetches=[fetch])
+            same = place(built[b1].graph_def, ["/device:CPU:0"], cost_model=cm1,
+                         algorithm="single", fetches=[built[b1].train_op.name])
+        executed2 = int((m2["status"] != "pruned").sum())
+        executed1 = int((m1["status"] != "pruned").sum())
+        gap = prof[b1].dispatch_seconds
+        overhead = _session_overhead(config=cfg)
+        pred_step2 = placed.makespan + gap * executed2 + overhead
+        pred_step1 = same.makespan + gap * executed1 + overhead
+        meas_step2, meas_step1 = prof[b2].step_time(), prof[b1].step_time()
+        row = {
+            "model": name, "b1": b1, "b2": b2, "image_size": image_size,
+            "graph_ops": len(tables[b1]), "step_ops": len(m1),
+            "timed": int(timed1.sum()), "fused": int((m1["status"] == "fused").sum()),
+            "pruned": int((m1["status"] == "pruned").sum()), "coverage": prof[b1].coverage,
+            "unmapped": len(prof[b1].unmapped),
+            "heldout_median_rel": float(np.median(held_rel)),
+            "heldout_median_rel_big": float(np.median(held_rel[big1])),
+            "heldout_time_weighted_rel": float(np.abs(held_pred[timed1] - y1[timed1]).sum() / y1[timed1].sum()),
+            "cross_median_rel": float(np.median(cross_rel)),
+            "cross_median_rel_big": float(np.median(cross_rel[big2])),
+            "cross_sum_rel": float(abs(cross[timed2].sum() - y2[timed2].sum()) / y2[timed2].sum()),
+            "cross_sources": sources,
+            "pred_step_b1": pred_step1, "meas_step_b1": meas_step1,
+            "step_rel_b1": float(_rel(pred_step1, meas_step1)),
+            "pred_step_b2": pred_step2, "meas_step_b2": meas_step2,
+            "step_rel_b2": float(_rel(pred_step2, meas_step2)),
+            "executor_gap_us": gap * 1e6, "run_overhead_ms": overhead * 1e3,
+            "seconds": time.perf_counter() - t0,
+        }
+        worst = (m2[timed2].assign(pred=cross[timed2], err=cross[timed2] - y2[timed2])
+                 .groupby("op_type").agg(ops=("err", "size"), measured_ms=("seconds", "sum"),
+                                         predicted_ms=("pred", "sum"))
+                 .assign(measured_ms=lambda d: d.measured_ms * 1e3,
+                         predicted_ms=lambda d: d.predicted_ms * 1e3)
+                 .sort_values("measured_ms", ascending=False).head(8))
+        print(f"\n[{name}] batch {b2} predicted from batch {b1}, by op type (largest first):")
+        print(worst.round(2).to_string())
+        rows.append(row)
+    return rows
+
+
+def part_b(cluster, repeats):
+    """Transfer times between the two tasks of a local cluster, fitted per link."""
+    import costmodel
+    from fddps.tf.comm_bench import measure_transfers, summarize
+
+    df = measure_transfers(cluster.devices, repeats=repeats, target=cluster.target)
+    fit = costmodel.LinkModel().fit(df)
+    print("\n[links] median transfer time per size (s) and effective bandwidth:")
+    print(summarize(df).assign(src=lambda d: d.src.str.extract(r"task:(\d)")[0],
+                               dst=lambda d: d.dst.str.extract(r"task:(\d)")[0]).to_string(index=False))
+    print("\n[links] fitted seconds = latency + bytes / bandwidth:")
+    print(fit.links_.assign(latency_ms=lambda d: d.latency * 1e3,
+                            bandwidth_GBps=lambda d: d.bandwidth / 1e9)
+          [["src", "dst", "latency_ms", "bandwidth_GBps", "r2", "n"]].round(4).to_string(index=False))
+    return df, fit
+
+
+def part_c(cluster, transfers, models, batch, image_size, steps, algorithm="fddps"):
+    """Predicted vs measured step of graphs placed on the 2 tasks."""
+    import tensorflow as tf
+
+    import costmodel
+    import slim_models
+    from fddps.tf import op_table, place
+    from fddps.tf.profiling import profile
+
+    tf1 = tf.compat.v1
+    rows = []
+    base = costmodel.CostModel({"CPU": costmodel.cpu_preset(1)},
+                               {**costmodel.DEFAULT_LINK_RULES, "cross_host:*": "grpc-loopback"})
+    overhead2 = _session_overhead(cluster.target, cluster.devices)
+    for name in models:
+        t0 = time.perf_counter()
+        m = slim_models.build_training_graph(name, batch_size=batch, image_size=image_size,
+                                             num_classes=10)
+        fetch = m.train_op.name
+        table = op_table(m.graph_def)
+        one = place(m.graph_def, [cluster.devices[0]], algorithm="single", fetches=[fetch])
+        g = tf.Graph()
+        with g.as_default():
+            tf1.import_graph_def(one.graph_def, name="")
+        prof = profile(graph=g, fetches=[fetch], init=m.init_op.name, steps=steps, warmup=1,
+                       target=cluster.target, meta={"model": name, "batch": batch})
+        print(f"\n[{name} on task 0] " + prof.report())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", costmodel.ProfileCoverageWarning)
+            cm = costmodel.fit_cost_model(prof.join(table), transfers=transfers, base=base,
+                                          graph=prof.meta["graph"])
+            placed = place(m.graph_def, cluster.devices, cost_model=cm, algorithm=algorithm,
+                           fetches=[fetch])
+            single = place(m.graph_def, [cluster.devices[0]], cost_model=cm, algorithm="single",
+                           fetches=[fetch])
+        t_single, t_placed = _step_times([single.graph_def, placed.graph_def], fetch,
+                                         m.init_op.name, cluster.target, steps)
+        meas, meas1 = float(np.median(t_placed)), float(np.median(t_single))
+        gap = prof.dispatch_seconds
+        n_exec = int((prof.ops["status"] != "pruned").sum())
+        pred = placed.makespan + gap * n_exec / 2 + overhead2
+        pred1 = single.makespan + gap * n_exec + overhead2
+        tl = placed.schedule
+        ops_on = pd.Series(tl.device).value_counts().to_dict()
+        rows.append({"model": name, "batch": batch, "algorithm": algorithm,
+                     "pred_step": pred, "meas_step": meas, "step_rel": float(_rel(pred, meas)),
+                     "pred_single": pred1, "meas_single": meas1,
+                     "single_rel": float(_rel(pred1, meas1)),
+                     "pred_speedup": pred1 / pred, "meas_speedup": meas1 / meas,
+                     "profile_step": prof.step_time(),
+                     "ops_per_device": {int(k): int(v) for k, v in ops_on.items()},
+                     "cross_edges_bytes": float(placed.schedule.graph.bytes[
+                         tl.device[tl.graph.src] != tl.device[tl.graph.dst]].sum()),
+                     "run_overhead_ms": overhead2 * 1e3, "measured_placed": t_placed,
+                     "measured_single": t_single,
+                     "seconds": time.perf_counter() - t0})
+        print(f"[{name}] {algorithm} on 2 tasks: predicted {pred * 1e3:.1f} ms, measured median "
+              f"{meas * 1e3:.1f} ms over {steps} steps ({_rel(pred, meas):.1%}); one task: predicted "
+              f"{pred1 * 1e3:.1f} ms, measured {meas1 * 1e3:.1f} ms ({_rel(pred1, meas1):.1%}); "
+              f"speed-up predicted {pred1 / pred:.2f}, measured {meas1 / meas:.2f} (steps taking turns)")
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", default="ABC", help="which parts to run (default ABC)")
+    ap.add_argument("--models", nargs="+", default=["resnet50", "inception_v3"])
+    ap.add_argument("--b1", type=int, default=8, help="profiled batch size (default 8)")
+    ap.add_argument("--b2", type=int, default=16, help="batch size predicted (default 16)")
+    ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=3, help="traced steps per profiling round")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating profiling rounds (part A)")
+    ap.add_argument("--repeats", type=int, default=10, help="transfers per size and link (part B)")
+    ap.add_argument("--cluster-steps", type=int, default=5, help="measured steps (part C)")
+    ap.add_argument("--out", help="write all results as JSON here")
+    args = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    print(f"costmodel accuracy: models {args.models}, batch {args.b1} -> {args.b2}, "
+          f"images {args.image_size}x{args.image_size}, {args.rounds} rounds x {args.steps} traced "
+          f"steps; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    results = {"args": vars(args)}
+    if "A" in args.parts:
+        results["single_device"] = part_a(args.models, args.b1, args.b2, args.image_size,
+                                          args.steps, args.rounds)
+    if "B" in args.parts or "C" in args.parts:
+        from fddps.tf import local_cluster
+
+        with local_cluster(2, threads_per_worker=1) as cluster:
+            transfers, fit = part_b(cluster, args.repeats)
+            results["links"] = fit.links_.to_dict(orient="records")
+            if "C" in args.parts:
+                results["cluster"] = part_c(cluster, transfers, args.models, args.b1,
+                                            args.image_size, args.cluster_steps)
+    print("\n=== summary ===")
+    if "single_device" in results:
+        df = pd.DataFrame(results["single_device"])
+        cols = ["model", "step_ops", "timed", "fused", "pruned", "coverage", "heldout_median_rel",
+                "heldout_median_rel_big", "cross_median_rel", "cross_median_rel_big",
+                "step_rel_b1", "step_rel_b2"]
+        print("A. per-op median relative error (target <= 20%) and single-device step error "
+              "(target <= 10%):")
+        print(df[cols].round(3).to_string(index=False))
+        print(df[["model", "pred_step_b2", "meas_step_b2", "pred_step_b1", "meas_step_b1"]]
+              .round(4).to_string(index=False))
+    if "links" in results:
+        print("B. link fits (target R^2 >= 0.95):")
+        print(pd.DataFrame(results["links"])[["src", "dst", "latency", "bandwidth", "r2"]]
+              .to_string(index=False))
+    if "cluster" in results:
+        print("C. placed on 2 local_cluster tasks (target within 15%):")
+        print(pd.DataFrame(results["cluster"])[["model", "algorithm", "pred_step", "meas_step",
+                                                "step_rel", "pred_single", "meas_single",
+                                                "single_rel", "pred_speedup", "meas_speedup"]]
+              .round(4).to_string(index=False))
+    print(f"total {time.perf_counter() - t_start:.0f} s")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1, default=float)
+        print(f"wrote {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
