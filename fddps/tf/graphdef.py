@@ -262,9 +262,12 @@ class _KernelIndex:
                 found = self._kernels.get_registered_kernels_for_op(op_type).kernel
             except Exception:  # noqa: BLE001 - registry lookup of an odd name
                 found = []
+            # XLA_*_JIT registrations are compilation kernels, not devices a
+            # node can be placed on; they appear once XLA is loaded.
             self._by_op[op_type] = [
                 (k.device_type, [(c.name, frozenset(c.allowed_values.list.type))
-                                 for c in k.constraint]) for k in found]
+                                 for c in k.constraint]) for k in found
+                if not k.device_type.startswith("XLA_")]
         return self._by_op[op_type]
 
     def device_types(self, node_def, functions):
