@@ -193,7 +193,8 @@ class Cell:
                 return self._combine_unused_states(L, hidden)
 
     def _reduce_prev_layer(self, L, prev_layer, curr_layer):
-        """Bring ``h[i-2]`` to the current spatial size and filter count."""
+        """Bring ``h[i-2]`` to ``h[i-1]``'s spatial size (factorized
+        reduction) and to ``filter_size`` channels (1x1 conv + BN)."""
         if prev_layer is None:
             return curr_layer
         if spatial_size(prev_layer)[1] != spatial_size(curr_layer)[1]:
@@ -206,12 +207,16 @@ class Cell:
         return prev_layer
 
     def _cell_base(self, L, net, prev_layer) -> List[tf.Tensor]:
+        """The two initial hidden states: ``h[i-1]`` through relu, 1x1 conv
+        and BN, and ``h[i-2]`` matched to it."""
         prev_layer = self._reduce_prev_layer(L, prev_layer, net)
         net = L.conv2d(tf.nn.relu(net), self.filter_size, 1, scope="1x1")
         net = L.batch_norm(net, scope="beginning_bn")
         return [net, prev_layer]
 
     def _apply_op(self, L, net, operation, stride, from_input):
+        """Apply one named operation (see the module docstring) to a hidden
+        state; returns a ``filter_size``-channel tensor."""
         # Only the cell's two inputs are strided in a reduction cell.
         if not from_input:
             stride = 1
@@ -246,6 +251,8 @@ class Cell:
         return net
 
     def _combine_unused_states(self, L, hidden):
+        """Concatenate the hidden states no combination read, reducing any
+        whose size or width differs from the last one's."""
         final_h = spatial_size(hidden[-1])[1]
         final_c = channels(hidden[-1])
         for idx, used in enumerate(self.used):

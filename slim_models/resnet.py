@@ -86,6 +86,8 @@ def _subsample(x, stride):
 
 
 def _bottleneck_v1(L: Layers, x, depth, bottleneck, stride):
+    """Post-activation unit: relu(shortcut(x) + conv3(conv2(conv1(x))));
+    returns ``[N, H/stride, W/stride, depth]``."""
     with v1.variable_scope("bottleneck_v1"):
         if channels(x) == depth:
             shortcut = _subsample(x, stride)
@@ -99,6 +101,8 @@ def _bottleneck_v1(L: Layers, x, depth, bottleneck, stride):
 
 
 def _bottleneck_v2(L: Layers, x, depth, bottleneck, stride):
+    """Pre-activation unit: shortcut + conv3(conv2(conv1(relu(BN(x)))));
+    returns ``[N, H/stride, W/stride, depth]``."""
     with v1.variable_scope("bottleneck_v2"):
         preact = L.batch_norm(x, activation=tf.nn.relu, scope="preact")
         if channels(x) == depth:

@@ -78,7 +78,7 @@ SPECS: Dict[str, _Spec] = {
     "resnet200": _Spec(224, resnet.WEIGHT_DECAY, resnet.make_layers,
                        _resnet_forward(200, 2),
                        resnet.REFERENCE_PARAMS["resnet200"],
-                       "64.7M, ResNet-200 reference implementations"),
+                       "64.7M: timm resnet200 = torchvision layout, 3-24-36-3"),
     "pnasnet_mobile": _Spec(224, 4e-5, nasnet.make_layers,
                             _nasnet_forward("pnasnet_mobile"),
                             nasnet.REFERENCE_PARAMS_PNASNET_MOBILE,
@@ -333,10 +333,25 @@ def count_parameters(model: TrainingGraph) -> int:
 
 
 def step_graph_def(model: TrainingGraph):
-    """The GraphDef restricted to what one training step runs (the ancestors
-    of ``train_op`` and ``loss``): no initialisers. Variables are included."""
-    return v1.graph_util.extract_sub_graph(
-        model.graph_def, [model.train_op.name, model.loss.op.name])
+    """The GraphDef restricted to what one training step runs: the ancestors
+    (through data and control inputs) of ``train_op`` and ``loss``, in the
+    GraphDef's order. Variables are included; initialisers are not."""
+    graph_def = model.graph_def
+    by_name = {node.name: node for node in graph_def.node}
+    keep = set()
+    stack = [model.train_op.name, model.loss.op.name]
+    while stack:
+        name = stack.pop()
+        if name in keep:
+            continue
+        keep.add(name)
+        for inp in by_name[name].input:
+            stack.append(inp.lstrip("^").split(":")[0])
+    out = v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    out.node.extend(node for node in graph_def.node if node.name in keep)
+    return out
 
 
 def graph_size(graph_def) -> Dict[str, int]:

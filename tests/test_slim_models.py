@@ -65,35 +65,35 @@ def test_interface():
     assert 0 < len(step.node) < len(m.graph_def.node)
 
 
-@pytest.mark.slow
+# Counts pinned down exactly by the layer shapes (see the model modules):
+# Keras' trainable counts for VGG16, InceptionV3 and NASNetLarge (keras
+# 3.15.1), torchvision's for ResNet-50.
+EXACT = {"vgg16": 138_357_544, "inception_v3": 23_817_352,
+         "resnet50": 25_557_032, "nasnet_large": 88_753_150}
+
+
 @pytest.mark.parametrize("name,options", [
     ("vgg16", {}),
     ("inception_v3", {"aux_head": False}),
     ("resnet50", {}),
-    ("resnet200", {}),
-    ("pnasnet_mobile", {"aux_head": False}),
-    ("nasnet_large", {"aux_head": False}),
+    pytest.param("resnet200", {}, marks=pytest.mark.slow),
+    pytest.param("pnasnet_mobile", {"aux_head": False},
+                 marks=pytest.mark.slow),
+    pytest.param("nasnet_large", {"aux_head": False},
+                 marks=pytest.mark.slow),
 ])
 def test_imagenet_parameter_count_within_2_percent(name, options):
     """Build-only (forward pass, nothing run) at ImageNet size."""
     count = slim_models.model_parameter_count(name, **options)
     ref = slim_models.SPECS[name].reference_params
     assert abs(count - ref) <= 0.02 * ref, (name, count, ref)
+    if name in EXACT:
+        assert count == EXACT[name]
 
 
-def test_exact_parameter_counts():
-    """Counts that the layer shapes pin down exactly (see module docs)."""
-    assert slim_models.model_parameter_count("vgg16") == 138_357_544
-    assert slim_models.model_parameter_count("resnet50") == 25_557_032
-
-
-@pytest.mark.slow
 def test_inception_aux_head_parameters():
-    with_aux = slim_models.model_parameter_count("inception_v3")
-    without = slim_models.model_parameter_count("inception_v3",
-                                                aux_head=False)
-    assert without == 23_817_352
-    assert with_aux == 27_143_152
+    # 23,817,352 without the head (checked above) + 3,325,800 for it.
+    assert slim_models.model_parameter_count("inception_v3") == 27_143_152
 
 
 # One step at CIFAR size, batch 2. NASNet-A Large with 6 cells (2 per stack)
@@ -145,7 +145,7 @@ def test_same_arguments_same_graph_def_and_values():
             == b.graph_def.SerializeToString(deterministic=True))
     results = []
     for m in (a, b):
-        with _session(m.graph) as sess:
+        with _session(m.graph, grappler=False) as sess:
             sess.run(m.init_op)
             images, labels = sess.run([m.images, m.labels])
             loss = sess.run(m.loss)
