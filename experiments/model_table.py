@@ -175,9 +175,10 @@ def main(argv=None) -> int:
         for name in _progress(args.models, "ImageNet params"):
             prow.append(imagenet_params(name))
     import tensorflow as tf
+    timing = (f"step time = median of {steps} step(s) after one warm-up, "
+              f"{args.threads} threads" if steps else "no step run")
     print(f"slim_models training graphs, TensorFlow {tf.__version__}, "
-          f"dataset {args.dataset}, step time = median of {steps} step(s) "
-          f"after one warm-up, {args.threads} threads")
+          f"dataset {args.dataset}, {timing}")
     print_tables(rows, prow)
     if args.json:
         with open(args.json, "w") as f:
