@@ -154,6 +154,57 @@ class FDDPS(Scheduler):
         result.info.update(stats)
         return result
 
+    def _find_slot(self, state: PlacementState, i: int, child: int, latest_finish: float):
+        """Device and start time for op ``i`` (the paper's Find_Slot, Algorithm 2).
+
+        ``child`` is the critical child (-1: none or look-ahead off);
+        ``latest_finish`` the finish formula 11 admits (``DCPL - tail``).
+        Rules as in the module docstring. Rules 2 and 3 minimise keys no
+        smaller than the inputs' arrival on the device (plus run times), so
+        devices are visited by that bound and the search stops once the bound
+        cannot beat the best admitted device.
+        """
+        row = state.et_rows[i]
+        devices = state.candidates(i)
+        readies = state.ready_times(i, devices)
+        timelines, insertion = state.timelines, self.insertion
+        slots = {}
+
+        def slot(k, ready):
+            if k not in slots:
+                start = timelines[k].earliest_start(ready, row[k], insertion)
+                slots[k] = (start, start + row[k])
+            return slots[k]
+
+        if self.prefer_parent:  # rule 1: an admitted parent's device, earliest finish first
+            parents = {state.device[p] for p, _ in state.inputs[i]}
+            best = None
+            for k, ready in zip(devices, readies):
+                if k in parents:
+                    start, finish = slot(k, ready)
+                    if finish <= latest_finish and (best is None or finish < best[0]):
+                        best = (finish, k, start)
+            if best is not None:
+                return best[1], best[2]
+        child_row = state.et_rows[child] if child >= 0 else None
+        bounds = sorted((ready + row[k] + child_row[k] if child >= 0 else ready, k, ready)
+                        for k, ready in zip(devices, readies))
+        best = fallback = None
+        for bound, k, ready in bounds:
+            if best is not None and bound > best[0][0]:
+                break
+            start, finish = slot(k, ready)
+            if fallback is None or finish < fallback[0]:
+                fallback = (finish, k, start)  # rule 4, when no device is admitted
+            if finish > latest_finish:
+                continue  # formula 11: would lengthen the critical path
+            # Rule 2 (critical child) or, for ops without children, rule 3 (earliest start).
+            key = (finish + child_row[k], finish) if child >= 0 else (start, finish)
+            if best is None or key < best[0]:
+                best = (key, k, start)
+        chosen = best if best is not None else fallback
+        return chosen[1], chosen[2]
+
     def _list_schedule(self, state: PlacementState) -> dict:
         g = state.graph
         n = g.num_ops
@@ -187,7 +238,6 @@ class FDDPS(Scheduler):
                 heapq.heappush(ready, (-blevel[i], -blevel[i], rank[i], i))
                 heapq.heappush(frontier, (-blevel[i], i))
         max_finish = 0.0
-        et_rows, insertion = state.et_rows, self.insertion
         tol = 1e-9 * (max(blevel) if n else 0.0)
         critical_picks = 0
 
@@ -199,31 +249,8 @@ class FDDPS(Scheduler):
             if -neg_key >= dcpl - tol:
                 critical_picks += 1
 
-            # Find_Slot.
-            parents = {state.device[p] for p, _ in state.inputs[i]}
-            best_parent = best_child = best_any = None
-            fallback = None
             c = crit_child[i] if self.lookahead else -1
-            row = et_rows[i]
-            for k in state.candidates(i):
-                s = state.timelines[k].earliest_start(state.ready_time(i, k), row[k], insertion)
-                f = s + row[k]
-                if fallback is None or f < fallback[0]:
-                    fallback = (f, k, s)
-                if f + tail[i] > dcpl + tol:
-                    continue  # formula 11: would lengthen the critical path
-                if self.prefer_parent and k in parents:
-                    if best_parent is None or f < best_parent[0]:
-                        best_parent = (f, k, s)
-                if c >= 0:
-                    both = f + et_rows[c][k]
-                    if best_child is None or (both, f) < best_child[0]:
-                        best_child = ((both, f), k, s)
-                if best_any is None or (s, f) < best_any[0]:
-                    best_any = ((s, f), k, s)
-            choice = best_parent or best_child or best_any or fallback
-            _, k, s = choice
-
+            k, s = self._find_slot(state, i, c, dcpl + tol - tail[i])
             state.place(i, k, s)
             placed[i] = True
             f = state.finish[i]

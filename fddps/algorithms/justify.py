@@ -66,9 +66,15 @@ def priority_list_schedule(graph, cluster, priority, exec_time=None, insertion=T
     while ready:
         _, i = heapq.heappop(ready)
         row = rows[i]
+        devices = state.candidates(i)
+        # A device cannot finish the op before its inputs arrive plus its run
+        # time: visit devices by that bound and stop once it cannot win.
+        bounds = sorted((r + row[k], k, r) for k, r in zip(devices, state.ready_times(i, devices)))
         best_f = best_s = best_k = None
-        for k in state.candidates(i):
-            s = timelines[k].earliest_start(state.ready_time(i, k), row[k], insertion)
+        for bound, k, r in bounds:
+            if best_f is not None and bound >= best_f:
+                break
+            s = timelines[k].earliest_start(r, row[k], insertion)
             f = s + row[k]
             if best_f is None or f < best_f:
                 best_f, best_s, best_k = f, s, k
