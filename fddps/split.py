@@ -137,6 +137,9 @@ class SplitCandidate:
     slice_cost, combine_cost : tuple of float
         Seconds (one per device type of the graph, on a speed-1 device) of the
         op that slices one input, and of the op that combines the parts.
+    whole_bytes : float
+        Bytes of the data inputs that go whole to every part (a channel-split
+        Conv2D's activations): each part on another device receives them.
     """
 
     op: Hashable
@@ -146,6 +149,7 @@ class SplitCandidate:
     output_bytes: float
     slice_cost: tuple = (0.0,)
     combine_cost: tuple = (0.0,)
+    whole_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -182,15 +186,20 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
     A candidate is considered when it lies on or near the critical path (its
     slack, from mean costs as in FD-DPS, at most ``critical_slack`` of the
     critical path's length: splitting an op off the critical path cannot
-    shorten the step). For ``k = 2 .. max_parts`` (default: the number of
+    shorten the step) and is not pinned. A candidate in a colocation group may
+    be split: the group binds its combine op, which keeps the op's name, and the
+    parts go anywhere. For ``k = 2 .. max_parts`` (default: the number of
     devices that can run it) the split's estimated time is: slicing the inputs,
     the largest part (``ET * largest part / size``), moving a part of every
-    sliced input to another device and its output back, and combining;
-    the best ``k`` is taken when it beats the whole op by ``min_gain`` of its time.
+    sliced input and the whole of every other data input (``whole_bytes``) to
+    another device and its output back, and combining; the best ``k`` is taken
+    when it beats the whole op by ``min_gain`` of its time. An op with several
+    candidates (one per rule: batch or channels) gets at most one decision, the
+    rule with the largest estimated gain.
 
     Returns
     -------
-    list of SplitDecision, in graph order.
+    list of SplitDecision, in the order of the candidates, at most one per op.
     """
     from .algorithms.base import PlacementState, bottom_levels, top_levels
 
@@ -205,10 +214,12 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
     length = float(blevel.max(initial=0.0))
     slack = length - (tlevel + blevel)
     type_cols = graph.exec_times(cluster)  # only for the device count per op
-    decisions = []
+    decisions = {}  # op -> best decision so far
     for cand in candidates:
         i = graph.index[cand.op]
-        if slack[i] > critical_slack * length or i in graph.pinned or graph.colocation[i] >= 0:
+        # A colocated op may split: its combine op keeps its name and group (the
+        # adapter offers only ops whose computation is not tied to the group).
+        if slack[i] > critical_slack * length or i in graph.pinned:
             continue
         runnable = int(np.isfinite(type_cols[i]).sum())
         k_max = min(runnable, cand.size, max_parts or runnable)
@@ -218,15 +229,17 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
         best = None
         for k in range(2, k_max + 1):
             largest = -(-cand.size // k)
-            moved = sum(b for _, b in cand.sliced) * largest / cand.size
+            moved = sum(b for _, b in cand.sliced) * largest / cand.size + cand.whole_bytes
             back = cand.output_bytes * (largest / cand.size if cand.rule.combine == "concat" else 1.0)
             estimate = (slice_time + whole * largest / cand.size + combine_time
                         + float(cluster.mean_transfer_time(moved + back)))
             if best is None or estimate < best[0]:
                 best = (estimate, k)
         if best and best[0] < whole * (1 - min_gain):
-            decisions.append(SplitDecision(cand, best[1], whole - best[0]))
-    return decisions
+            gain = whole - best[0]
+            if cand.op not in decisions or gain > decisions[cand.op].estimated_gain:
+                decisions[cand.op] = SplitDecision(cand, best[1], gain)
+    return list(decisions.values())
 
 
 def apply_splits(graph: OpGraph, decisions) -> OpGraph:
@@ -296,7 +309,7 @@ def apply_splits(graph: OpGraph, decisions) -> OpGraph:
         for producer, nbytes in cand.sliced:
             name = slice_name(op, producer)
             names.append(name)
-            op_types.append("Slice")
+            op_types.append("SplitV")  # what the TensorFlow rewrite slices with
             cost.append(np.broadcast_to(np.asarray(cand.slice_cost, dtype=np.float64),
                                         graph.cost[i].shape))
             memory.append(0.0)

@@ -45,6 +45,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -84,6 +85,31 @@ def _tf():
 
         _TF = tf
     return _TF
+
+
+@contextlib.contextmanager
+def _no_deprecation_warnings():
+    """Mute TensorFlow's deprecation notices inside the block, and only those.
+
+    TensorFlow's own FLOP statistics (``flops_registry``) call the deprecated
+    ``tensor_shape_from_node_def_name``: the notice is about TensorFlow's code,
+    not the user's. Errors and other warnings still show; the switch is
+    restored however the block ends.
+    """
+    try:
+        from tensorflow.python.util import deprecation
+    except ImportError:  # pragma: no cover - private module moved
+        yield
+        return
+    old = getattr(deprecation, "_PRINT_DEPRECATION_WARNINGS", None)
+    if old is None:  # pragma: no cover - private switch renamed
+        yield
+        return
+    deprecation._PRINT_DEPRECATION_WARNINGS = False
+    try:
+        yield
+    finally:
+        deprecation._PRINT_DEPRECATION_WARNINGS = old
 
 
 @dataclass
@@ -413,7 +439,8 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
         if node.op in VARIABLE_OPS:
             param_bytes[i], param_known[i] = _attr_shape_bytes(node, unknown_dim)
         try:
-            value = tf_ops.get_stats_for_node_def(graph, node, "flops").value
+            with _no_deprecation_warnings():
+                value = tf_ops.get_stats_for_node_def(graph, node, "flops").value
         except Exception:  # noqa: BLE001 - TF's stat functions raise on unknown shapes
             value = None
         if value is not None:

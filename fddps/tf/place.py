@@ -5,6 +5,10 @@ schedules it with an fddps algorithm on a cluster of the given TensorFlow
 devices, and writes a new GraphDef whose every node carries the device chosen
 for it. Names, inputs and attributes are unchanged, so the placed graph
 computes exactly what the original does, and is fetched by the same names.
+When the algorithm splits ops (FD-DPS's intra-op parallelism,
+:mod:`fddps.split`), each split op ``X`` becomes slice, part and combine nodes
+(:mod:`fddps.tf.split_rewrite`): ``X`` is then the combine node, which
+produces the same tensor, so consumers and fetches are still unchanged.
 
 Example
 -------
@@ -38,6 +42,8 @@ from ..simulate import peak_memory
 from .devices import check_cluster, device_matches, make_cluster
 from .graphdef import (CONTROL_FLOW_OPS, MERGE_OPS, SWITCH_OPS, GraphAnalysis, _parse_input,
                        _tf, analyse)
+from .split_candidates import split_candidates
+from .split_rewrite import rewrite_splits, split_node_names
 
 
 def _default_cost_model():
@@ -98,7 +104,7 @@ def _step_nodes(analysis: GraphAnalysis, fetches) -> np.ndarray:
 
 
 def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_dim=1,
-                   fetches=None):
+                   fetches=None, splits=True):
     """A TensorFlow graph as an :class:`~fddps.graph.OpGraph` for ``cluster``.
 
     Parameters
@@ -120,6 +126,10 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
     fetches : list of str, optional
         Op or tensor names one training step runs (``["train_op", "loss"]``):
         only their ancestors become ops of the OpGraph. Default: every node.
+    splits : bool
+        Attach the ops that intra-op splitting may split
+        (:func:`fddps.tf.split_candidates.split_candidates`) as the OpGraph's
+        ``split_candidates`` (default True).
 
     Returns
     -------
@@ -130,7 +140,9 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
         DAG) and facts about the reading (``info``): ``analysis``, ``nodes``,
         ``step_nodes`` (mask), ``back_edges_dropped``, ``colocation_groups``,
         ``loop_frames``, ``pinned``, ``shapes_unknown``, ``flops_unknown``,
-        ``kernels_unchecked`` (device types this TensorFlow build cannot check).
+        ``kernels_unchecked`` (device types this TensorFlow build cannot check),
+        ``split_candidates`` (number, one per op and rule) and
+        ``split_skipped`` (``{reason: count}`` of the op-rule pairs left whole).
 
     Raises
     ------
@@ -208,10 +220,15 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
             if len(matches) > 1:
                 resolved[names[i]] = (req, matches[0])
 
+    candidates, skipped = [], {}
+    if splits:
+        candidates, skipped = split_candidates(analysis, cost_model, types, cluster.num_devices,
+                                               step_nodes=keep, pinned=pinned)
     try:
         graph = OpGraph(names, cost, edges, memory=persistent, transient=transient,
                         device_types=types, op_types=ops["op_type"].tolist(),
-                        colocation=ops["colocation_group"].tolist(), pinned=pinned)
+                        colocation=ops["colocation_group"].tolist(), pinned=pinned,
+                        split_candidates=candidates)
     except GraphError as err:
         raise GraphError(f"the GraphDef does not form an op graph fddps can schedule: {err}") from None
     groups = ops["colocation_group"].dropna()
@@ -232,6 +249,8 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
         "flops_unknown": int((~ops["flops_known"]).sum()),
         "kernels_unchecked": sorted(set(types) - analysis.checked_types),
         "device_types": types,
+        "split_candidates": len(candidates),
+        "split_skipped": skipped,
     }
     return graph, info
 
@@ -300,17 +319,53 @@ def _needed_off_step(analysis, keep):
     return _step_nodes(analysis, independent) & keep
 
 
-def _write_devices(analysis, device_of, order_pairs):
-    """A copy of the GraphDef with every node's device set, plus ``^a`` order inputs."""
+def _write_devices(analysis, device_of, splits=(), split_device=None):
+    """A copy of the GraphDef with the splits written in and every node's device set.
+
+    ``device_of``: device string of each original node (by position; a split
+    op's is its combine's). ``splits``: decisions for
+    :func:`fddps.tf.split_rewrite.rewrite_splits`, whose new nodes (appended)
+    get ``split_device(name)``.
+    """
     tf = _tf()
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(analysis.graph_def)
-    names = analysis.table["name"].tolist()
+    if splits:
+        rewrite_splits(out, analysis, splits, split_device)
     for node, dev in zip(out.node, device_of):
         node.device = dev
-    for a, b in order_pairs:
-        out.node[b].input.append("^" + names[a])
     return out
+
+
+def _add_order_edges(out, analysis, keep, schedule):
+    """Add a ``^a`` input to each op ``b`` scheduled right after ``a`` on its device.
+
+    Returns the number of edges added. Ops in loop frames, control flow and
+    ``tf.cond`` branches are left out, and so are step ops that nodes outside
+    the step need (see :func:`place`); ops the splits added (never in those)
+    take part. No edge is added where ``b`` already reads ``a``.
+    """
+    table = analysis.table
+    n_all = len(table)
+    eligible = ((table["loop_frame"] == "").to_numpy()
+                & ~table["op_type"].isin(CONTROL_FLOW_OPS).to_numpy()
+                & ~_cond_branch_nodes(analysis))
+    shared = _needed_off_step(analysis, keep)
+    position = {node.name: k for k, node in enumerate(out.node)}
+    names = schedule.graph.names
+    added = 0
+    for seq in schedule.order:
+        chain = [position[names[i]] for i in seq.tolist()]
+        chain = [k for k in chain if k >= n_all or eligible[k]]
+        for a, b in zip(chain, chain[1:]):
+            if b < n_all and shared[b]:
+                continue
+            node_b, name_a = out.node[b], out.node[a].name
+            if any(_parse_input(s)[0] == name_a for s in node_b.input):
+                continue
+            node_b.input.append("^" + name_a)
+            added += 1
+    return added
 
 
 def _assign_off_step(analysis, keep, step_device, cluster, override):
@@ -420,31 +475,33 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     graph, info = read_graph_def(analysis, cost_model, cluster, override, fetches=fetches)
     t_read = time.perf_counter()
     schedule = scheduler.schedule(graph, cluster)
-    if schedule.graph.num_ops != graph.num_ops:
+    decisions = list(schedule.info.get("splits") or [])
+    split_graph = schedule.graph
+    if decisions:
+        missing = [name for name in graph.names if name not in split_graph.index]
+        if missing:
+            raise FddpsError(f"algorithm {algorithm!r} split the graph but dropped op "
+                             f"{missing[0]!r}; the TensorFlow writer cannot place it")
+        step_device = schedule.device[[split_graph.index[name] for name in graph.names]]
+    elif split_graph.num_ops != graph.num_ops:
         raise FddpsError(f"algorithm {algorithm!r} changed the graph ({graph.num_ops} -> "
-                         f"{schedule.graph.num_ops} ops); the TensorFlow writer cannot place "
-                         "split ops")
+                         f"{split_graph.num_ops} ops) without reporting splits; the "
+                         "TensorFlow writer cannot place it")
+    else:
+        step_device = schedule.device
     keep = info["step_nodes"]
-    device = _assign_off_step(analysis, keep, schedule.device, cluster, override)
+    device = _assign_off_step(analysis, keep, step_device, cluster, override)
 
-    pairs = []
-    if enforce_order:
-        table = analysis.table
-        eligible = ((table["loop_frame"] == "").to_numpy()
-                    & ~table["op_type"].isin(CONTROL_FLOW_OPS).to_numpy()
-                    & ~_cond_branch_nodes(analysis))
-        shared = _needed_off_step(analysis, keep)
-        node_of = np.flatnonzero(keep)
-        existing = set(zip(analysis.edges["src"].tolist(), analysis.edges["dst"].tolist()))
-        for seq in schedule.order:
-            chain = [int(node_of[i]) for i in seq.tolist() if eligible[node_of[i]]]
-            for a, b in zip(chain, chain[1:]):
-                if not shared[b] and (a, b) not in existing:
-                    pairs.append((a, b))
-    out = _write_devices(analysis, [cluster.names[k] for k in device.tolist()], pairs)
-    info.update(order_edges_added=len(pairs), read_seconds=t_read - t0,
+    def split_device(name):
+        return cluster.names[int(schedule.device[split_graph.index[name]])]
+
+    out = _write_devices(analysis, [cluster.names[k] for k in device.tolist()], decisions,
+                         split_device)
+    order_edges = _add_order_edges(out, analysis, keep, schedule) if enforce_order else 0
+    info.update(order_edges_added=order_edges, read_seconds=t_read - t0,
                 place_seconds=time.perf_counter() - t0, algorithm=algorithm,
-                cost_model=repr(cost_model))
+                cost_model=repr(cost_model), splits=len(decisions),
+                split_nodes_added=len(out.node) - len(analysis.graph_def.node))
     return Placement(out, schedule, cluster, analysis.table, info)
 
 
@@ -456,10 +513,12 @@ class Placement:
     graph_def : GraphDef
         The placed graph: every node of the input, same names, inputs and
         attributes, with ``device`` set (plus order control inputs when
-        ``enforce_order`` was used).
+        ``enforce_order`` was used). A split op is its combine node; the
+        slice, part and constant nodes of the splits follow the input's nodes.
     schedule : Schedule
         Where and when each scheduled op runs (op ``i`` is the ``i``-th scheduled
-        node in GraphDef order).
+        node in GraphDef order; with splits, the op graph with the slice and
+        part ops appended, named as their GraphDef nodes).
     cluster : Cluster
     ops : pandas.DataFrame
         The op table of the input graph (:func:`fddps.tf.op_table`).
@@ -481,6 +540,14 @@ class Placement:
         return self.schedule.makespan
 
     @property
+    def splits(self) -> pd.DataFrame:
+        """The ops split, one row per op (:func:`fddps.split.decisions_table`, like the
+        paper's Table 6); empty when none was."""
+        from ..split import decisions_table
+
+        return decisions_table(self.schedule.info.get("splits") or [])
+
+    @property
     def devices(self) -> dict:
         """Node name -> device string, for every node of the GraphDef."""
         return {node.name: node.device for node in self.graph_def.node}
@@ -500,14 +567,23 @@ class Placement:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per scheduled op: the schedule's columns (``op``, ``device``,
-        ``start``, ``finish``, ``duration``, ``op_type``) and the op table's
+        ``start``, ``finish``, ``duration``, ``op_type``), the op table's
         ``flops``, ``output_bytes``, ``param_bytes``, ``colocation_group``,
-        ``requested_device``; sorted by start time."""
+        ``requested_device`` (NaN for the slice and part ops of splits) and
+        ``split_of`` (the op a slice, part or combine op comes from, else None);
+        sorted by start time."""
         df = self.schedule.to_dataframe()
         cols = ["name", "flops", "output_bytes", "param_bytes", "colocation_group",
                 "requested_device"]
         extra = self.ops[cols].rename(columns={"name": "op"})
-        return df.merge(extra, on="op", how="left", sort=False)
+        df = df.merge(extra, on="op", how="left", sort=False)
+        origin = {}
+        for d in self.schedule.info.get("splits") or []:
+            op = d.candidate.op
+            origin[op] = op
+            origin.update((name, op) for name in split_node_names(d))
+        df["split_of"] = [origin.get(op) for op in df["op"]]
+        return df
 
     def summary(self) -> str:
         """A short text report: step time, per-device load and memory, transfers."""
@@ -543,6 +619,14 @@ class Placement:
         if info.get("kernels_unchecked"):
             lines.append(f"kernels not checked for {info['kernels_unchecked']} (this TensorFlow "
                          "build does not register them)")
+        if info.get("splits"):
+            table = self.splits
+            kinds = ", ".join(f"{n} {t} on {d}" for (t, d), n in
+                              table.groupby(["op_type", "dim"]).size().items())
+            lines.append(f"intra-op splits: {info['splits']} ops ({kinds}) into "
+                         f"{int(table['parts'].sum())} parts; {info['split_nodes_added']} nodes "
+                         f"added; predicted step without splits "
+                         f"{s.info.get('unsplit_makespan', float('nan')) * scale:.4g} {unit}")
         if info.get("order_edges_added"):
             lines.append(f"order control edges added: {info['order_edges_added']}")
         lines.append(f"place() took {info['place_seconds']:.3g} s "

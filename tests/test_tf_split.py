@@ -1,0 +1,218 @@
+"""Intra-op splitting in TensorFlow: candidates from shapes, the GraphDef rewrite, place().
+
+Every split graph is run for one training step on four CPU devices
+(``tf_config``: Grappler off, so nodes keep their names in the partition
+graphs) and must give the unsplit graph's loss and variables (rtol 1e-5), with
+every node running on the device it was given.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+v1 = tf.compat.v1
+
+from costmodel import default_cost_model  # noqa: E402
+from fddps.errors import GraphError  # noqa: E402
+from fddps.split import SplitDecision, part_name, slice_name  # noqa: E402
+from fddps.tf import op_table, place, read_graph_def  # noqa: E402
+from fddps.tf.devices import same_device  # noqa: E402
+from fddps.tf.split_rewrite import split_graph_def, split_node_names  # noqa: E402
+
+CPUS = ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2", "/device:CPU:3"]
+FETCHES = ["train", "loss"]
+
+
+def conv_net(batch=6, size=8, channels=(6, 5), classes=3, seed=0):
+    """Two 3x3 convolutions (so both backprops are in the step), mean, dense, momentum SGD.
+
+    Batch 6 and 6/5/3 channels: 4 parts are uneven on every dimension.
+    """
+    g = tf.Graph()
+    with g.as_default():
+        v1.set_random_seed(seed)
+        x = v1.placeholder(tf.float32, [batch, size, size, 3], name="images")
+        y = v1.placeholder(tf.int32, [batch], name="labels")
+        h = x
+        for k, cout in enumerate(channels, 1):
+            w = v1.get_variable(f"conv{k}/w", [3, 3, h.shape[-1], cout], use_resource=True)
+            h = tf.nn.relu(tf.nn.conv2d(h, w, 1, "SAME", name=f"conv{k}/Conv2D"))
+        h = tf.reduce_mean(h, [1, 2])
+        w = v1.get_variable("fc/w", [channels[-1], classes], use_resource=True)
+        logits = tf.matmul(h, w, name="logits")
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        loss = tf.reduce_mean(xent, name="loss")
+        v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+        v1.global_variables_initializer()
+    rng = np.random.RandomState(seed)
+    gd = g.as_graph_def()
+    return SimpleNamespace(
+        graph_def=gd, loss="loss:0", train="train", init="init",
+        feed={"images:0": rng.randn(batch, size, size, 3).astype(np.float32),
+              "labels:0": rng.randint(0, classes, batch).astype(np.int32)},
+        reads=[f"{n.name}/Read/ReadVariableOp:0" for n in gd.node if n.op == "VarHandleOp"])
+
+
+@pytest.fixture(scope="module")
+def net():
+    return conv_net()
+
+
+@pytest.fixture(scope="module")
+def reference(net, tf_train_step, tf_config):
+    return tf_train_step(net.graph_def, net, tf_config(4))
+
+
+class ConvHeavy:
+    """The default cost model with convolutions and MatMuls 10^4 times slower:
+    splitting them across the CPUs pays."""
+
+    def __init__(self):
+        self.base = default_cost_model()
+
+    def op_times(self, ops, device_type):
+        t = self.base.op_times(ops, device_type)
+        heavy = ops["op_type"].str.startswith("Conv2D") | (ops["op_type"] == "MatMul")
+        return np.where(heavy.to_numpy(), t * 1e4, t)
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+
+def assert_same_step(ref, got, names):
+    assert got.loss == pytest.approx(ref.loss, rel=1e-5)
+    for name, a, b in zip(names, ref.variables, got.variables):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def assert_ran_where_placed(graph_def, metadata):
+    """Every node of the partition graphs that has a GraphDef name ran on its device."""
+    want = {n.name: n.device for n in graph_def.node}
+    ran = {node.name: node.device for part in metadata.partition_graphs for node in part.node
+           if node.name in want}
+    moved = [f"{name}: placed {want[name]}, ran {dev}" for name, dev in ran.items()
+             if want[name] and not same_device(want[name], dev)]
+    assert moved == [], "\n".join(moved)
+    return ran
+
+
+def test_candidates_come_from_shapes_and_the_rules(net, while_graph):
+    graph, info = read_graph_def(net.graph_def, default_cost_model(), CPUS, fetches=FETCHES)
+    found = {(c.op, c.rule.dim): c for c in graph.split_candidates}
+    assert info["split_candidates"] == len(found) == 15
+    conv2 = found["conv2/Conv2D", "channels"]
+    assert conv2.size == 5 and conv2.sliced == (("conv2/Conv2D/ReadVariableOp", 3 * 3 * 6 * 5 * 4.0),)
+    assert conv2.whole_bytes == 6 * 8 * 8 * 6 * 4 and conv2.output_bytes == 6 * 8 * 8 * 5 * 4
+    bf = found["gradients/conv2/Conv2D_grad/Conv2DBackpropFilter", "batch"]
+    assert bf.size == 6 and bf.rule.combine == "sum" and len(bf.sliced) == 2
+    assert found["gradients/conv1/Conv2D_grad/Conv2DBackpropInput", "channels"].size == 6
+    assert {d for (op, d) in found if op == "logits"} == {"rows", "cols", "inner"}
+    for c in graph.split_candidates:  # costs from the cost model, one per device type
+        assert len(c.slice_cost) == len(c.combine_cost) == 1
+        assert c.slice_cost[0] > 0 and c.combine_cost[0] > 0
+    # The gradient MatMuls transpose an operand: no rule applies.
+    assert info["split_skipped"] == {"no rule for its attributes": 2}
+    assert read_graph_def(net.graph_def, default_cost_model(), CPUS, splits=False)[0].split_candidates == ()
+    # MatMuls inside a tf.while_loop frame stay whole, counted.
+    graph, info = read_graph_def(while_graph.graph_def, default_cost_model(), CPUS)
+    assert info["split_skipped"].get("in a tf.while_loop frame", 0) > 0
+    frames = op_table(while_graph.graph_def).set_index("name")["loop_frame"]
+    assert all(frames[c.op] == "" for c in graph.split_candidates)
+
+
+@pytest.mark.parametrize("dims", [("batch", "rows"), ("channels", "cols"), ("channels", "inner")])
+def test_rewrite_computes_the_same_step(net, reference, dims, tf_train_step, tf_config):
+    """Every Conv2D, backprop and the forward MatMul split into up to 4 uneven parts."""
+    graph, _ = read_graph_def(net.graph_def, default_cost_model(), CPUS, fetches=FETCHES)
+    decisions = {}
+    for c in graph.split_candidates:
+        if c.rule.dim in dims and c.op not in decisions:
+            decisions[c.op] = SplitDecision(c, min(4, c.size))
+    assert len(decisions) == 7
+    assert any(len(set(d.part_sizes)) > 1 for d in decisions.values())  # uneven parts
+    devices = {name: CPUS[j % 4] for d in decisions.values()
+               for j, name in enumerate(split_node_names(d))}
+    before = net.graph_def.SerializeToString()
+    out = split_graph_def(net.graph_def, list(decisions.values()), devices)
+    assert net.graph_def.SerializeToString() == before
+    names = [n.name for n in out.node]
+    assert names[:len(net.graph_def.node)] == [n.name for n in net.graph_def.node]
+    for op, d in decisions.items():
+        node = out.node[names.index(op)]
+        assert node.op == ("ConcatV2" if d.candidate.rule.combine == "concat" else "AddN")
+        assert all(part_name(op, j) in names for j in range(d.parts))
+        assert all(slice_name(op, p) in names for p, _ in d.candidate.sliced)
+    got = tf_train_step(out, net, tf_config(4))
+    assert_same_step(reference, got, net.reads)
+    ran = assert_ran_where_placed(out, got.metadata)
+    assert {ran[name] for name in devices if name in ran} >= {f"/job:localhost/replica:0/task:0{d}"
+                                                              for d in CPUS}
+
+
+def test_place_splits_where_it_pays_and_is_correct(net, reference, tf_train_step, tf_config):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    cm = ConvHeavy()
+    p = place(net.graph_def, CPUS, cost_model=cm, fetches=FETCHES, enforce_order=True)
+    whole = place(net.graph_def, CPUS, cost_model=cm, fetches=FETCHES, split=False)
+    # D-DPS(-F): no split node; FD-DPS: some, and a step predicted no longer.
+    assert whole.info["splits"] == 0 and len(whole.graph_def.node) == len(net.graph_def.node)
+    assert p.info["splits"] > 0 and p.makespan <= whole.makespan
+    assert p.schedule.info["unsplit_makespan"] == pytest.approx(whole.makespan)
+    table = p.splits
+    assert len(table) == p.info["splits"] and set(table["op_type"]) >= {"Conv2D", "Conv2DBackpropFilter"}
+    names = [n.name for n in p.graph_def.node]
+    assert names[:len(net.graph_def.node)] == [n.name for n in net.graph_def.node]
+    assert len(names) == len(net.graph_def.node) + p.info["split_nodes_added"]
+    # Every scheduled op is a node on its scheduled device.
+    devices = p.devices
+    s = p.schedule
+    for i, name in enumerate(s.graph.names):
+        assert devices[name] == p.cluster.names[s.device[i]]
+    got = tf_train_step(p.graph_def, net, tf_config(4))
+    assert_same_step(reference, got, net.reads)
+    ran = assert_ran_where_placed(p.graph_def, got.all_metadata[1])
+    parts = [n for n in names if "/fddps_part_" in n]
+    assert len({ran[n] for n in parts if n in ran}) > 1
+    # Reports cover the split graph.
+    df = p.to_dataframe()
+    assert len(df) == s.graph.num_ops
+    split_rows = df[df["split_of"].notna()]
+    assert set(split_rows["split_of"]) == set(table["op"])
+    assert "intra-op splits" in p.summary()
+    ax = p.plot()
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(p.cluster.names)
+
+
+def test_rewrite_refuses_decisions_that_do_not_fit_the_graph(net):
+    graph, _ = read_graph_def(net.graph_def, default_cost_model(), CPUS, fetches=FETCHES)
+    cand = next(c for c in graph.split_candidates if c.op == "conv1/Conv2D" and c.rule.dim == "batch")
+    other = conv_net(batch=8)
+    with pytest.raises(GraphError, match="conv1/Conv2D.*size 6.*shape"):
+        split_graph_def(other.graph_def, [SplitDecision(cand, 2)])
+    with pytest.raises(GraphError, match="split twice"):
+        split_graph_def(net.graph_def, [SplitDecision(cand, 2), SplitDecision(cand, 3)])
+    with pytest.raises(GraphError, match="cannot be split into 7 parts"):
+        SplitDecision(cand, 7)
+    bogus = type(cand)("nothing", cand.rule, 6, cand.sliced, 1.0)
+    with pytest.raises(GraphError, match="unknown op 'nothing'"):
+        split_graph_def(net.graph_def, [SplitDecision(bogus, 2)])
+    once = split_graph_def(net.graph_def, [SplitDecision(cand, 2)])
+    with pytest.raises(GraphError, match="already has a node"):
+        split_graph_def(once, [SplitDecision(cand, 2)])
+
+
+def test_op_table_prints_no_deprecation_warning():
+    code = ("import tensorflow as tf\nfrom fddps.tf import op_table\ng = tf.Graph()\n"
+            "with g.as_default():\n    tf.matmul(tf.ones([4, 3]), tf.ones([3, 2]), name='y')\n"
+            "assert op_table(g).set_index('name').loc['y', 'flops'] == 48\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "deprecated" not in run.stderr and "flops_registry" not in run.stderr
