@@ -148,29 +148,44 @@ class OpGraph:
     # -- construction helpers -------------------------------------------------
     def _build_edges(self, edges):
         n = len(self.names)
-        merged = {}
+        index = self.index
+        src, dst, nbytes = [], [], []
         for edge in edges:
-            if len(edge) == 2:
-                (u, v), b = edge, 0.0
-            elif len(edge) == 3:
-                u, v, b = edge
-            else:
-                raise GraphError(f"an edge must be (src, dst) or (src, dst, bytes), got {edge!r}")
-            for end in (u, v):
-                if end not in self.index:
-                    raise GraphError(f"edge {u!r} -> {v!r} names unknown op {end!r}")
-            b = float(0.0 if b is None else b)
-            if not b >= 0 or b == float("inf"):
-                raise GraphError(f"edge {u!r} -> {v!r} carries an invalid byte count {b!r}")
-            i, j = self.index[u], self.index[v]
-            if i == j:
-                raise GraphError(f"op {u!r} has an edge to itself (a cycle)")
-            merged[i, j] = merged.get((i, j), 0.0) + b
-        m = len(merged)
-        pairs = np.fromiter((x for ij in merged for x in ij), dtype=np.int64, count=2 * m)
-        self.src = pairs[0::2].copy()
-        self.dst = pairs[1::2].copy()
-        self.bytes = np.fromiter(merged.values(), dtype=np.float64, count=m)
+            try:
+                if len(edge) == 2:
+                    (u, v), b = edge, 0.0
+                else:
+                    u, v, b = edge
+                src.append(index[u])
+                dst.append(index[v])
+            except (KeyError, TypeError, ValueError):
+                if not isinstance(edge, (tuple, list)) or len(edge) not in (2, 3):
+                    raise GraphError(f"an edge must be (src, dst) or (src, dst, bytes), "
+                                     f"got {edge!r}") from None
+                end = u if u not in index else v
+                raise GraphError(f"edge {u!r} -> {v!r} names unknown op {end!r}") from None
+            nbytes.append(0.0 if b is None else b)
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        try:
+            nbytes = np.asarray(nbytes, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise GraphError("edge byte counts must be numbers") from None
+        bad = np.flatnonzero(~(nbytes >= 0) | np.isinf(nbytes))
+        if bad.size:
+            e = int(bad[0])
+            raise GraphError(f"edge {self.names[src[e]]!r} -> {self.names[dst[e]]!r} carries an "
+                             f"invalid byte count {float(nbytes[e])!r}")
+        loops = np.flatnonzero(src == dst)
+        if loops.size:
+            raise GraphError(f"op {self.names[src[loops[0]]]!r} has an edge to itself (a cycle)")
+        # Merge parallel edges, summing their bytes, keeping first-seen order.
+        keys, first, inverse = np.unique(src * max(n, 1) + dst, return_index=True, return_inverse=True)
+        merged = np.bincount(inverse, weights=nbytes, minlength=len(keys))
+        order = np.argsort(first, kind="stable")
+        self.src = src[first[order]]
+        self.dst = dst[first[order]]
+        self.bytes = merged[order]
         self.succ_ptr, self.succ_eid = _csr(self.src, n)
         self.pred_ptr, self.pred_eid = _csr(self.dst, n)
         self.succ_idx = self.dst[self.succ_eid]
