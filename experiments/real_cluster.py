@@ -1,0 +1,305 @@
+"""Measured step time of placed graphs on a real 2-worker TensorFlow cluster on this machine.
+
+The one end-to-end speed measurement a 2-core machine allows: two
+``tf.distribute.Server`` processes on 127.0.0.1 (:func:`fddps.tf.local_cluster`,
+one thread each, so each is one core), joined by gRPC. For each model (at a small
+batch, CIFAR-10 size):
+
+1. the cost model is profiled on this machine (unless ``--no-profile``): per-op
+   times of the model's step on worker 0 (:func:`fddps.tf.profiling.profile`,
+   ``--profile-steps`` traced steps) and the link between the two workers
+   (:func:`fddps.tf.comm_bench.measure_transfers`), fitted by
+   :func:`costmodel.fit_cost_model` on top of ``default_cost_model(cpu=cpu_preset(1))``;
+   without profiling, that analytic one-core CPU preset and the
+   ``grpc-loopback`` link preset are used;
+2. every algorithm places the model with :func:`fddps.place` on the two
+   workers (``"single"``: the whole graph on one worker, the baseline);
+3. the placed GraphDef runs on the cluster: ``--warmup`` steps, then the
+   median wall time of ``--steps`` steps (``Session.run`` of train op and loss
+   from this client process), beside the simulator's prediction.
+
+Both workers share this machine with the client and anything else running;
+compare the algorithms with each other and with ``single`` inside one run.
+
+Writes ``experiments/results/real_cluster.csv`` and ``real_cluster.png``.
+
+Usage::
+
+    python -m experiments.real_cluster                        # Inception-V3 and ResNet-50, batch 8 (~8 min)
+    python -m experiments.real_cluster --models resnet50 --batch 2 --steps 2 --algorithms fddps
+    python -m experiments.real_cluster --enforce-order        # make TF follow the scheduled order
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from . import common
+from .common import DEFAULT_ALGORITHMS, label
+
+DEFAULT_MODELS = ("inception_v3", "resnet50")
+
+
+def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeats=5, progress=True):
+    """A cost model fitted on this machine: op times on worker 0, the link between the workers.
+
+    Returns
+    -------
+    (CostModel, dict)
+        The model and facts about the profile (coverage, fitted link, seconds taken).
+    """
+    import costmodel
+    from fddps.tf import op_table
+    from fddps.tf.comm_bench import DEFAULT_SIZES, measure_transfers
+    from fddps.tf.profiling import profile
+
+    t0 = time.perf_counter()
+    base = costmodel.default_cost_model(cpu=costmodel.cpu_preset(1),
+                                        links={"cross_host:*": "grpc-loopback"})
+    prof = profile(model, fetches=[model.train_op, model.loss], steps=steps, warmup=warmup,
+                   target=cluster.target, progress=progress,
+                   meta={"model": model.name, "batch": model.batch_size})
+    t1 = time.perf_counter()
+    transfers = measure_transfers(cluster.devices, sizes or DEFAULT_SIZES, repeats=repeats,
+                                  target=cluster.target, progress=progress)
+    t2 = time.perf_counter()
+    cm = costmodel.fit_cost_model(prof.join(op_table(model.graph_def)), transfers=transfers,
+                                  base=base, graph=prof.meta["graph"])
+    lat, bw = cm.link(cluster.devices[0], cluster.devices[1])
+    facts = dict(cost_model="profiled", profile_coverage=float(prof.coverage),
+                 profile_step_seconds=prof.step_time(),
+                 profile_op_seconds=float(prof.ops["seconds"].sum()),
+                 profile_gap_seconds=prof.dispatch_seconds,
+                 link_latency=lat, link_bandwidth=bw, profile_seconds=t1 - t0,
+                 comm_bench_seconds=t2 - t1)
+    return cm, facts
+
+
+def analytic_cost_model():
+    """The analytic fallback: one core of this machine's CPU, the ``grpc-loopback`` link preset."""
+    import costmodel
+
+    cm = costmodel.default_cost_model(cpu=costmodel.cpu_preset(1),
+                                      links={"cross_host:*": "grpc-loopback"})
+    link = costmodel.presets.links["grpc-loopback"]
+    return cm, dict(cost_model="analytic cpu_preset(1) + grpc-loopback", profile_coverage=np.nan,
+                    profile_step_seconds=np.nan, profile_op_seconds=np.nan,
+                    profile_gap_seconds=np.nan, link_latency=link.latency,
+                    link_bandwidth=link.bandwidth, profile_seconds=0.0, comm_bench_seconds=0.0)
+
+
+def measure_steps(graph_def, fetches, init, target, *, steps=10, warmup=3, config=None):
+    """Run a (placed) GraphDef on ``target``: init, ``warmup`` steps, then ``steps`` timed steps.
+
+    Returns
+    -------
+    dict
+        ``median``, ``min``, ``max`` step seconds, ``first_step`` seconds (the
+        first run: graph partitioning, Grappler), ``loss`` of the last step,
+        ``devices_ran`` (number of devices in the executed partition graphs).
+    """
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    times = []
+    with tf1.Session(target, graph=g, config=config) as sess:
+        sess.run(init)
+        meta = tf1.RunMetadata()
+        t0 = time.perf_counter()
+        sess.run(fetches, options=tf1.RunOptions(output_partition_graphs=True), run_metadata=meta)
+        first = time.perf_counter() - t0
+        devices = {n.device for part in meta.partition_graphs for n in part.node if n.device}
+        for _ in range(max(0, warmup - 1)):
+            sess.run(fetches)
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            _, loss = sess.run(fetches)
+            times.append(time.perf_counter() - t0)
+    return dict(median=statistics.median(times), min=min(times), max=max(times), first_step=first,
+                loss=float(loss), devices_ran=len(devices))
+
+
+def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
+        warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
+        enforce_order=False, progress=True):
+    """Place and run every model with every algorithm on a fresh 2-worker local cluster."""
+    common.tf_quiet()
+    import slim_models
+    from tqdm.auto import tqdm
+
+    import fddps
+    from fddps.algorithms import parse_algorithm
+    from fddps.tf import local_cluster
+
+    rows = []
+    t_start = time.perf_counter()
+    with local_cluster(2, threads_per_worker=1) as cluster:
+        started = time.perf_counter() - t_start
+        bar = tqdm(total=len(models) * len(algorithms), desc="real cluster", unit="run",
+                   disable=not progress, file=sys.stderr)
+        for model in models:
+            bar.set_description(f"real cluster {model}: build")
+            m = slim_models.build_training_graph(model, batch, dataset="cifar10")
+            fetches = [m.train_op.name, m.loss.name]
+            if profile:
+                bar.set_description(f"real cluster {model}: profile")
+                cm, facts = profiled_cost_model(m, cluster, steps=profile_steps, sizes=comm_sizes,
+                                                repeats=comm_repeats, progress=False)
+            else:
+                cm, facts = analytic_cost_model()
+            for spec in algorithms:
+                bar.set_description(f"real cluster {model}: {spec}")
+                name, options = parse_algorithm(spec)
+                try:
+                    p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, algorithm=name,
+                                    fetches=[m.train_op.name, m.loss.op.name],
+                                    enforce_order=enforce_order, **options)
+                except fddps.InfeasibleError as e:
+                    rows.append(dict(model=model, batch=batch, algorithm=spec, status="OOM",
+                                     message=str(e), **facts))
+                    bar.update()
+                    continue
+                s = p.schedule
+                ops_per_device = np.bincount(s.device, minlength=2)
+                cross = s.device[s.graph.src] != s.device[s.graph.dst]
+                measured = measure_steps(p.graph_def, fetches, m.init_op.name, cluster.target,
+                                         steps=steps, warmup=warmup, config=cluster.session_config())
+                rows.append(dict(model=model, batch=batch, algorithm=spec, status="ok",
+                                 ops=s.graph.num_ops, ops_worker0=int(ops_per_device[0]),
+                                 ops_worker1=int(ops_per_device[1]),
+                                 transfers=int(cross.sum()), transfer_MB=float(s.graph.bytes[cross].sum() / 1e6),
+                                 predicted=p.makespan, measured=measured["median"],
+                                 measured_min=measured["min"], measured_max=measured["max"],
+                                 first_step=measured["first_step"], loss=measured["loss"],
+                                 devices_ran=measured["devices_ran"],
+                                 place_seconds=p.info["place_seconds"],
+                                 order_edges=p.info.get("order_edges_added", 0), message="", **facts))
+                bar.update()
+        bar.close()
+    df = pd.DataFrame(rows)
+    df.attrs["cluster_start_seconds"] = started
+    return df
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per model and algorithm: measured and predicted ms, speedups over one worker, error."""
+    out = []
+    for model, g in df.groupby("model", sort=False):
+        single = g.set_index("algorithm").get("measured", pd.Series(dtype=float)).get("single", np.nan)
+        single_pred = g.set_index("algorithm").get("predicted", pd.Series(dtype=float)).get("single", np.nan)
+        for r in g.itertuples():
+            if r.status != "ok":
+                out.append(dict(model=model, algorithm=label(r.algorithm), measured_ms=r.status))
+                continue
+            out.append(dict(model=model, algorithm=label(r.algorithm),
+                            measured_ms=round(r.measured * 1e3, 1),
+                            min_max_ms=f"{r.measured_min * 1e3:.0f}-{r.measured_max * 1e3:.0f}",
+                            predicted_ms=round(r.predicted * 1e3, 1),
+                            pred_error=f"{(r.predicted - r.measured) / r.measured:+.0%}",
+                            x_single_measured=f"{single / r.measured:.2f}x",
+                            x_single_predicted=f"{single_pred / r.predicted:.2f}x",
+                            ops_w0_w1=f"{r.ops_worker0}/{r.ops_worker1}",
+                            transfers=r.transfers, transfer_MB=round(r.transfer_MB, 2),
+                            place_s=round(r.place_seconds, 2)))
+    return pd.DataFrame(out)
+
+
+def plot(df: pd.DataFrame, path):
+    """Measured (bars) and predicted (markers) step time per model and algorithm."""
+    plt = common.matplotlib_agg()
+    ok = df[df.status == "ok"]
+    models = list(dict.fromkeys(ok.model))
+    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(5.5 * max(1, len(models)), 4), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        g = ok[ok.model == model]
+        x = np.arange(len(g))
+        ax.bar(x, g.measured * 1e3, color="tab:blue", label="measured (median)")
+        ax.errorbar(x, g.measured * 1e3, yerr=[(g.measured - g.measured_min) * 1e3,
+                                               (g.measured_max - g.measured) * 1e3],
+                    fmt="none", color="black", lw=0.8)
+        ax.scatter(x, g.predicted * 1e3, marker="D", color="tab:orange", zorder=3, label="predicted")
+        ax.set_xticks(x, [label(a) for a in g.algorithm], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("step time (ms)")
+        ax.set_title(f"{model} (batch {g.batch.iloc[0]}), 2 workers x 1 core", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=common.MODELS)
+    parser.add_argument("--batch", type=int, default=None, help="default 8 (2 with --quick)")
+    parser.add_argument("--algorithms", nargs="+", default=list(DEFAULT_ALGORITHMS),
+                        help="'single' (one worker alone) is always run first")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps per placement (median); default 10 (2 with --quick)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed steps first; default 3 (1 with --quick)")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="use the analytic one-core CPU preset instead of profiling")
+    parser.add_argument("--profile-steps", type=int, default=None,
+                        help="traced profiling steps; default 5 (1 with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: batch 2, 1 warm-up + 2 timed steps, 1 profiled step, "
+                             "transfers of 3 sizes x 2 repeats")
+    parser.add_argument("--enforce-order", action="store_true",
+                        help="add control edges so TF runs each worker's ops in the scheduled order")
+    parser.add_argument("--out", default=str(common.RESULTS / "real_cluster.csv"))
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    quick = dict(batch=2, steps=2, warmup=1, profile_steps=1) if args.quick else \
+        dict(batch=8, steps=10, warmup=3, profile_steps=5)
+    for key, value in quick.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.batch < 1 or args.steps < 1 or args.warmup < 1 or args.profile_steps < 1:
+        parser.error("--batch, --steps, --warmup and --profile-steps must be >= 1")
+    algorithms = ["single"] + [a for a in args.algorithms if a != "single"]
+    t0 = time.perf_counter()
+    df = run(args.models, algorithms, batch=args.batch, steps=args.steps, warmup=args.warmup,
+             profile=not args.no_profile, profile_steps=args.profile_steps,
+             comm_sizes=(4, 1 << 20, 8 << 20) if args.quick else None,
+             comm_repeats=2 if args.quick else 5, enforce_order=args.enforce_order, progress=not args.no_progress)
+    wall = time.perf_counter() - t0
+    first = df.iloc[0]
+    print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "
+          f"{df.attrs.get('cluster_start_seconds', np.nan):.0f} s; models {', '.join(args.models)} at "
+          f"batch {args.batch}, 32x32; per placement: {args.warmup} warm-up step(s), then the median "
+          f"(min-max) of {args.steps} timed steps from this client; "
+          f"enforce_order={args.enforce_order}; {wall:.0f} s in all.")
+    if first.cost_model == "profiled":
+        for model, g in df.groupby("model", sort=False):
+            r = g.iloc[0]
+            print(f"Cost model for {model}: profiled on worker 0 ({r.profile_coverage:.0%} of the step's "
+                  f"ops timed; untraced step {r.profile_step_seconds * 1e3:.0f} ms, sum of op times "
+                  f"{r.profile_op_seconds * 1e3:.0f} ms, executor gap {r.profile_gap_seconds * 1e6:.0f} "
+                  f"us per op) and the link "
+                  f"measured (latency {r.link_latency * 1e6:.0f} us, {r.link_bandwidth / 1e9:.2f} GB/s); "
+                  f"profiling took {r.profile_seconds:.0f} s + {r.comm_bench_seconds:.0f} s.")
+    else:
+        print(f"Cost model: {first.cost_model} (not profiled).")
+    print("measured = wall time of Session.run([train_op, loss]); predicted = the simulator's "
+          "makespan of the schedule under that cost model; x_single = one worker's time / this.")
+    with pd.option_context("display.width", 200):
+        print(summary(df).to_string(index=False))
+    out = common.ensure_parent(args.out)
+    df.to_csv(out, index=False)
+    png = out.with_suffix(".png")
+    plot(df, png)
+    print(f"results: {out}, {png}")
+    return df
+
+
+if __name__ == "__main__":
+    main()
