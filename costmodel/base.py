@@ -330,13 +330,7 @@ class CostModel:
             else:
                 cap = self.device_memory(p.type) if memory is None else float(memory)
             out.append(Device(name, type=p.type, memory=float(cap), host="/".join(map(str, p.host))))
-        m = len(names)
-        lat, bw = np.zeros((m, m)), np.full((m, m), np.inf)
-        for i in range(m):
-            for j in range(m):
-                if i != j:
-                    lat[i, j], bw[i, j] = self.link(names[i], names[j])
-        return Cluster(out, bandwidth=bw, latency=lat)
+        return Cluster.from_links(out, self.link)
 
     # -- checking the graph ------------------------------------------------------------
     def check_graph(self, ops: pd.DataFrame, path=None) -> None:

@@ -150,6 +150,21 @@ class Cluster:
         lat = np.where(same, intra_latency, inter_latency)
         return cls(devices, bandwidth=bw, latency=lat)
 
+    @classmethod
+    def from_links(cls, devices: Sequence[Device], link) -> "Cluster":
+        """Devices whose link from ``a`` to ``b`` is ``link(a.name, b.name) -> (latency, bandwidth)``.
+
+        How a cost model turns its per-pair link figures into a cluster.
+        """
+        devices = list(devices)
+        m = len(devices)
+        lat, bw = np.zeros((m, m)), np.full((m, m), np.inf)
+        for i in range(m):
+            for j in range(m):
+                if i != j:
+                    lat[i, j], bw[i, j] = link(devices[i].name, devices[j].name)
+        return cls(devices, bandwidth=bw, latency=lat)
+
     # -- queries -------------------------------------------------------------------
     @property
     def num_devices(self) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-import numpy as np
 
 from ..cluster import Cluster, Device
 from ..errors import ClusterError
@@ -240,10 +239,4 @@ def make_cluster(devices, cost_model, memory=None) -> Cluster:
                           host=host_of(spec)))
     if given is not None:
         return Cluster(out, bandwidth=given.bandwidth, latency=given.latency)
-    m = len(out)
-    lat, bw = np.zeros((m, m)), np.full((m, m), np.inf)
-    for i in range(m):
-        for j in range(m):
-            if i != j:
-                lat[i, j], bw[i, j] = cost_model.link(normal[i], normal[j])
-    return Cluster(out, bandwidth=bw, latency=lat)
+    return Cluster.from_links(out, cost_model.link)
