@@ -255,13 +255,15 @@ def run_strategy(graph, cluster, spec: str, *, validate: bool = True, probe_oom:
         (largest per-device ``memory + transient`` sum, bytes), ``peak_max``
         (largest per-device simulated peak, bytes), ``capacity`` (bytes of the
         smallest device), ``message`` (the OOM reason), and on OOM with
-        ``probe_oom`` ``unbounded_peak_max`` / ``unbounded_reserved_max``.
+        ``probe_oom`` ``unbounded_peak_max``, ``unbounded_reserved_max`` and
+        ``unbounded_step_seconds`` of the schedule with unlimited memory.
     """
     name, options = parse_algorithm(spec)
     row = dict(strategy=spec, status="ok", step_seconds=np.nan, search_seconds=np.nan,
                devices_used=0, reserved_max=np.nan, peak_max=np.nan,
                capacity=float(min(d.memory for d in cluster.devices)), message="",
-               unbounded_peak_max=np.nan, unbounded_reserved_max=np.nan, splits=0)
+               unbounded_peak_max=np.nan, unbounded_reserved_max=np.nan,
+               unbounded_step_seconds=np.nan, splits=0)
     t0 = time.perf_counter()
     try:
         s = fddps.schedule(graph, cluster, algorithm=name, **options)
@@ -273,7 +275,8 @@ def run_strategy(graph, cluster, spec: str, *, validate: bool = True, probe_oom:
             except fddps.InfeasibleError:  # not a memory problem (no kernel, pins)
                 return row
             row.update(unbounded_peak_max=float(schedule_peak(free).max()),
-                       unbounded_reserved_max=float(free.device_memory().max()))
+                       unbounded_reserved_max=float(free.device_memory().max()),
+                       unbounded_step_seconds=free.makespan)
         return row
     row["search_seconds"] = s.info.get("search_seconds", time.perf_counter() - t0)
     if validate:
@@ -304,7 +307,7 @@ def data_parallel_row(mg: ModelGraph, cluster, cost_model, *, dataset="cifar10",
     row = dict(strategy="data_parallel", status="ok", step_seconds=np.nan, search_seconds=np.nan,
                devices_used=p, reserved_max=np.nan, peak_max=np.nan,
                capacity=float(cluster.devices[0].memory), message="", unbounded_peak_max=np.nan,
-               unbounded_reserved_max=np.nan, splits=0)
+               unbounded_reserved_max=np.nan, unbounded_step_seconds=np.nan, splits=0)
     if replica_batch < 1:
         row.update(status="n/a", message=f"batch {mg.batch} < {p} replicas")
         return row
@@ -320,7 +323,8 @@ def data_parallel_row(mg: ModelGraph, cluster, cost_model, *, dataset="cifar10",
                    f"all-reduce of {est.gradient_bytes / 1e6:.4g} MB: "
                    f"{est.allreduce_seconds * 1e3:.4g} ms"))
     if est.status == "OOM":
-        row.update(unbounded_peak_max=est.peak, unbounded_reserved_max=est.reserved)
+        row.update(unbounded_peak_max=est.peak, unbounded_reserved_max=est.reserved,
+                   unbounded_step_seconds=np.nan)
     return row
 
 

@@ -339,8 +339,11 @@ def main(argv=None):
         oom = results[results.status == "OOM"]
         for r in oom.itertuples():
             verdict = ("fits by peak" if r.unbounded_peak_max <= r.capacity else "does not fit by peak either")
-            print(f"  OOM {r.model} x{r.devices} {label(r.strategy)}: peak with unlimited memory "
-                  f"{r.unbounded_peak_max / 1e9:.3g} GB vs capacity {r.capacity / 1e9:.3g} GB ({verdict})")
+            step = (f", step {r.unbounded_step_seconds * 1e3:.4g} ms"
+                    if np.isfinite(r.unbounded_step_seconds) else "")
+            print(f"  OOM {r.model} x{r.devices} {label(r.strategy)}: with unlimited memory, peak "
+                  f"{r.unbounded_peak_max / 1e9:.3g} GB vs capacity {r.capacity / 1e9:.3g} GB "
+                  f"({verdict}){step}")
     unchecked = sorted({k for ks in graphs.kernels_unchecked for k in ks.split(",") if k})
     if unchecked:
         print(f"\nDevice strings '/device:GPU:i' on this TensorFlow ({tf.__version__}, CPU-only): its "
