@@ -216,3 +216,18 @@ def test_op_table_prints_no_deprecation_warning():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "deprecated" not in run.stderr and "flops_registry" not in run.stderr
+
+
+def test_rewrite_of_the_batch_norm_cnn(cnn_graph, tf_train_step, tf_config):
+    """conftest's Conv-BN-ReLU net: every conv and backprop split 3 ways on the batch of 4."""
+    graph, _ = read_graph_def(cnn_graph.graph_def, default_cost_model(), CPUS,
+                              fetches=["train", "loss"])
+    decisions = [SplitDecision(c, 3) for c in graph.split_candidates
+                 if c.rule.dim == "batch" and c.rule.op_type.startswith("Conv2D")]
+    assert len(decisions) == 6 and all(d.part_sizes == (2, 1, 1) for d in decisions)
+    devices = {name: CPUS[j % 4] for d in decisions for j, name in enumerate(split_node_names(d))}
+    out = split_graph_def(cnn_graph.graph_def, decisions, devices)
+    ref = tf_train_step(cnn_graph.graph_def, cnn_graph, tf_config(4))
+    got = tf_train_step(out, cnn_graph, tf_config(4))
+    assert_same_step(ref, got, cnn_graph.reads)
+    assert_ran_where_placed(out, got.metadata)

@@ -443,7 +443,10 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     unknown_dim : int
         Size assumed for dimensions TensorFlow cannot infer (see :func:`op_table`).
     **options
-        Passed to the algorithm (e.g. ``insertion=False`` for FD-DPS).
+        Passed to the algorithm (e.g. ``insertion=False`` for FD-DPS). FD-DPS
+        and FastT split ops where the cost model says it pays (intra-op
+        parallelism; see :attr:`Placement.splits` and :mod:`fddps.tf.split_rewrite`);
+        ``split=False`` keeps every op whole (the paper's D-DPS(-F)).
 
     Returns
     -------

@@ -27,6 +27,7 @@ Ops are left whole, and counted by reason in the ``skipped`` dict, when:
   cannot tell apart;
 - ``"shape input not static"``: a shape-vector input (``Conv2DBackpropInput``'s
   ``input_sizes``) whose value TensorFlow cannot tell before running;
+- ``"several outputs"``: the combine node stands for one output;
 - ``"no rule for its attributes"``: NCHW convolutions, transposed MatMuls.
 
 Counts are per (op, rule) pair, except the last, which is per op.
@@ -113,6 +114,8 @@ def _data_inputs(node_def):
 
 def _candidate_for(rule, op, node_def, output_bytes, edge_bytes):
     """(SplitCandidate fields, or None) and the reason when None."""
+    if len(op.outputs) != 1:
+        return None, "several outputs"
     data = _data_inputs(node_def)
     in_shapes = [t.shape for t in op.inputs]
     needed = {rule.size_from[0]} | {i for i, _ in rule.sliced}

@@ -89,6 +89,9 @@ def _check(decision, op, node, data):
     if node.op != rule.op_type:
         raise GraphError(f"split of op {cand.op!r}: the rule is for {rule.op_type}, the node is "
                          f"a {node.op}")
+    if len(op.outputs) != 1:  # the combine node stands for output 0 only
+        raise GraphError(f"cannot split op {cand.op!r}: it has {len(op.outputs)} outputs, the "
+                         "rewrite combines exactly one")
     i, axis = rule.size_from
     shape = op.inputs[i].shape
     if not shape.is_fully_defined() or shape.as_list()[axis] != cand.size:
