@@ -77,6 +77,15 @@ COST_MODEL_NOTE = (
     "Times are the simulator's replay of each schedule (contention-free links).")
 
 
+def with_split_variant(specs, graph) -> list:
+    """``specs`` plus ``"fddps:split=False"`` (D-DPS(-F)) when ``graph`` carries split
+    candidates and ``"fddps"`` is among them (without candidates it is FD-DPS itself)."""
+    specs = list(specs)
+    if graph.split_candidates and "fddps" in specs and "fddps:split=False" not in specs:
+        specs.append("fddps:split=False")
+    return specs
+
+
 def label(spec: str) -> str:
     """Column label of a strategy spec (``"fddps:improve=False"`` -> ``"FD-DPS(paper)"``)."""
     return LABELS.get(spec, spec)

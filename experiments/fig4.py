@@ -72,7 +72,9 @@ def run(models, hosts=2, gpus_per_host=4, algorithms=DEFAULT_ALGORITHMS, *, inte
                     inter_link=inter_link)
         rows.append({**base, **common.run_strategy(mg.graph, one, "single", validate=validate)})
         bar.update()
-        for spec in algorithms:
+        specs = common.with_split_variant(algorithms, mg.graph)
+        bar.total += len(specs) - len(algorithms)
+        for spec in specs:
             bar.set_description(f"fig4 {model}: {spec}")
             rows.append({**base, **common.run_strategy(mg.graph, cluster, spec, validate=validate,
                                                        extra=cross_host_bytes)})

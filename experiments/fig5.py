@@ -85,7 +85,9 @@ def run_models(models, devices=8, algorithms=DEFAULT_ALGORITHMS, *, batch=None, 
         mg = common.load_model(model, b, cm, keep_graph_def=place, devices=names)
         base = dict(model=model, batch=b, devices=devices, ops=mg.ops, edges=mg.edges,
                     nodes=mg.nodes, build_seconds=mg.build_seconds, read_seconds=mg.read_seconds)
-        for spec in algorithms:
+        specs = common.with_split_variant(algorithms, mg.graph)
+        bar.total += len(specs) - len(algorithms)
+        for spec in specs:
             bar.set_description(f"fig5 {model}: {spec}")
             seconds, makespan, status = search_seconds(mg.graph, cluster, spec, repeats)
             rows.append({**base, "algorithm": spec, "search_seconds": seconds,
@@ -124,8 +126,8 @@ def paper_comparison(models_df: pd.DataFrame) -> pd.DataFrame:
 
     Each pair is also given with ``fddps:improve=False`` for ``fddps`` (the
     paper's FD-DPS has no refinement pass). A pair whose algorithms were not
-    run gives NaN (``fddps:split=False``, D-DPS(-F), runs only when asked for:
-    our TF graphs carry no split candidates, so it is FD-DPS).
+    run gives NaN (D-DPS(-F), ``fddps:split=False``, runs with ``fddps`` when
+    the graph carries split candidates).
     """
     t = {(r.model, r.algorithm): r.search_seconds for r in models_df.itertuples()}
     rows = []

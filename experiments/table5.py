@@ -115,10 +115,8 @@ def run(models, devices=(2, 4, 8), algorithms=DEFAULT_ALGORITHMS, *, cost_model=
         add(1, common.run_strategy(mg.graph, common.gpu_cluster(1, cm, memory=memory), "single",
                                    validate=validate))
         bar.update()
-        specs = list(algorithms)
-        if mg.graph.split_candidates and "fddps" in specs and "fddps:split=False" not in specs:
-            specs.append("fddps:split=False")
-            bar.total += len(devices)
+        specs = common.with_split_variant(algorithms, mg.graph)
+        bar.total += len(devices) * (len(specs) - len(algorithms))
         for p in devices:
             cluster = common.gpu_cluster(p, cm, memory=memory)
             for spec in specs:

@@ -172,7 +172,8 @@ def test_fig5_smoke(tmp_path, capsys):
     text = capsys.readouterr().out
     assert (tmp_path / "f5_models.csv").exists() and (tmp_path / "f5_sizes.csv").exists()
     assert (tmp_path / "f5.png").stat().st_size > 0
-    assert set(models.algorithm) == {"fddps", "heft", "place(fddps)"}
+    want = {"fddps", "heft", "place(fddps)"}
+    assert want <= set(models.algorithm) <= want | {"fddps:split=False"}
     assert (models.search_seconds > 0).all() and (models.status == "ok").all()
     # place() end to end reads the GraphDef and schedules: never faster than scheduling alone.
     t = models.set_index("algorithm").search_seconds
