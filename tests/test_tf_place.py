@@ -240,8 +240,10 @@ def test_place_slim_resnet50_is_correct_and_faithful(tf_config, tf_train_step):
                                feed=m.feed_dict(),
                                reads=[f"{v.op.name}/Read/ReadVariableOp:0"
                                       for v in m.trainable_variables]))
-    p = place(gd, CPUS, fetches=[m.train_op.name, m.loss.name])
-    assert len(p.graph_def.node) == len(gd.node)
+    # Whole-op placement only: split correctness is tests/test_tf_split.py's, and this
+    # batch-norm net at batch 2 amplifies a batch split's float rounding (DESIGN: 1e-6).
+    p = place(gd, CPUS, fetches=[m.train_op.name, m.loss.name], split=False)
+    assert [n.name for n in p.graph_def.node] == [n.name for n in gd.node]
     ref = tf_train_step(gd, model, tf_config(4))
     got = tf_train_step(p.graph_def, model, tf_config(4))
     assert_same_step(ref, got)
