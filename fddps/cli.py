@@ -85,7 +85,7 @@ def _cost_model(args):
 
 
 def _load_graph(args):
-    """(graph_def, fetches, description) from a file or a built-in model."""
+    """(graph_def, fetches, description, init op name or None) from a file or a built-in model."""
     if args.model:
         import slim_models
 
@@ -99,14 +99,14 @@ def _load_graph(args):
         desc = (f"{args.model} training graph, batch {args.batch_size}, {args.image_size}x"
                 f"{args.image_size} inputs, {len(m.graph_def.node)} nodes "
                 f"(built in {time.perf_counter() - t0:.1f} s)")
-        return m.graph_def, fetches, desc
+        return m.graph_def, fetches, desc, m.init_op.name
     path = Path(args.graph)
     if not path.is_file():
         raise CommandError(f"no GraphDef file at {path}")
     from .tf import load_graph
 
     graph_def, _ = load_graph(str(path))
-    return graph_def, args.fetch, f"{path} ({len(graph_def.node)} nodes)"
+    return graph_def, args.fetch, f"{path} ({len(graph_def.node)} nodes)", getattr(args, "init", None)
 
 
 def _write_graph(graph_def, path):
@@ -147,7 +147,7 @@ def cmd_demo(args):
     from .tf import make_cluster, place, read_graph_def
 
     args.graph, args.fetch, args.devices, args.cpus = None, None, None, None
-    graph_def, fetches, desc = _load_graph(args)
+    graph_def, fetches, desc, _ = _load_graph(args)
     devices = _devices(args)
     cost_model = _cost_model(args)
     specs = [parse_algorithm(spec) for spec in args.algorithms]
@@ -198,7 +198,7 @@ def cmd_place(args):
     """Place a GraphDef on devices and write the placed GraphDef."""
     from .tf import place
 
-    graph_def, fetches, desc = _load_graph(args)
+    graph_def, fetches, desc, _ = _load_graph(args)
     devices = _devices(args)
     options = {}
     for item in args.option or []:
@@ -231,7 +231,7 @@ def _replay_placed(args):
     from .simulate import fifo_order
     from .tf import make_cluster, normalize_device, read_graph_def
 
-    graph_def, fetches, desc = _load_graph(args)
+    graph_def, fetches, desc, _ = _load_graph(args)
     devices = sorted({normalize_device(n.device) for n in graph_def.node if n.device})
     if not devices:
         raise CommandError(f"{desc}: no node has a device; place it first (`fddps place`)")
@@ -275,17 +275,22 @@ def cmd_plot(args):
 
 
 def cmd_profile(args):
-    """Profile a graph on this machine's devices and save a fitted cost model."""
-    try:
-        from .tf import profiling
-    except ImportError as e:  # pragma: no cover - ships with fddps
-        raise CommandError(f"profiling is not available: {e}") from None
-    graph_def, fetches, desc = _load_graph(args)
-    print(f"profiling {desc} for {args.steps} steps after {args.warmup} warm-up steps")
-    model = profiling.profile_cost_model(graph_def, fetches=fetches, steps=args.steps,
-                                         warmup=args.warmup, devices=args.devices)
+    """Profile a graph on this machine and save the cost model fitted to it."""
+    import costmodel
+
+    from .tf import load_graph, op_table
+    from .tf.profiling import profile
+
+    graph_def, fetches, desc, init = _load_graph(args)
+    if not fetches:
+        raise CommandError("give --fetch: the op(s) one training step runs")
+    print(f"profiling {desc}: {args.steps} traced steps after {args.warmup} warm-up steps")
+    graph_def, graph = load_graph(graph_def)
+    prof = profile(graph=graph, fetches=fetches, init=init, steps=args.steps, warmup=args.warmup)
+    print(prof.report())
+    model = costmodel.fit_cost_model(prof.join(op_table(graph_def)), graph=prof.meta["graph"])
     model.save(args.out)
-    print(f"wrote the cost model to {args.out}")
+    print(f"wrote the fitted cost model to {args.out} (use it with --cost-model {args.out})")
     return 0
 
 
@@ -353,7 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="profile a graph here and save a fitted cost model")
     _add_graph_arguments(p)
-    p.add_argument("--devices", nargs="+", metavar="DEVICE", help="devices to profile on (default CPU)")
+    p.add_argument("--init", nargs="+", metavar="NAME",
+                   help="ops to run once first, e.g. the variable initializer (default for --model: "
+                        "its init op)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--out", default="cost_model.json")

@@ -82,3 +82,14 @@ def test_help_runs_as_a_program():
     out = subprocess.run([sys.executable, "-m", "fddps", "--help"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and "place" in out.stdout and "bench" in out.stdout
+
+
+def test_profile_writes_a_cost_model_that_place_accepts(tmp_path, capsys):
+    out = tmp_path / "cm.json"
+    assert main(["profile", "--model", "vgg16", "--batch-size", "2", "--steps", "2", "--warmup", "1",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "coverage" in text and out.stat().st_size > 0
+    assert main(["place", "--model", "vgg16", "--batch-size", "2", "--cpus", "2", "--cost-model",
+                 str(out), "--out", str(tmp_path / "placed.pb")]) == 0
+    assert "predicted step time" in capsys.readouterr().out
