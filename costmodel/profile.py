@@ -32,7 +32,7 @@ PROFILE_FORMAT = "fddps.profile"
 PROFILE_VERSION = 1
 
 
-def iterated_mean(samples, *, k: float = 3.0, max_iter: int = 10):
+def iterated_mean(samples, *, k: float = 3.0, floor: float = 0.5, max_iter: int = 10):
     """Robust iterated average of each row of ``samples``.
 
     Parameters
@@ -40,11 +40,16 @@ def iterated_mean(samples, *, k: float = 3.0, max_iter: int = 10):
     samples : array-like, shape (n, s) or (s,)
         Measurements (NaN: missing).
     k : float
-        Samples further than ``k`` robust standard deviations (1.4826 x the
-        median absolute deviation, floored at 5% of the centre: a few percent of
-        timing noise is no outlier) from the
-        centre are dropped; the centre is recomputed as the mean of the kept
-        samples until the kept set stops changing.
+        Samples further than ``k`` robust standard deviations from the centre
+        are dropped; the centre is recomputed as the mean of the kept samples
+        until the kept set stops changing.
+    floor : float
+        The robust standard deviation (1.4826 x the median absolute deviation)
+        is at least ``floor`` x the centre. With the default 0.5 and ``k = 3``
+        only samples beyond 2.5x the centre go: a step stalled by another
+        process. Ordinary jitter, a few tens of percent on a busy machine,
+        stays in the average, since every real step pays it too (dropping it
+        would bias the mean low).
 
     Returns
     -------
@@ -67,7 +72,7 @@ def iterated_mean(samples, *, k: float = 3.0, max_iter: int = 10):
         for _ in range(max_iter):
             kept_x = np.where(keep, x, np.nan)
             mad = np.nanmedian(np.abs(kept_x - centre[:, None]), axis=1)
-            scale = np.maximum(1.4826 * mad, 0.05 * np.abs(centre))
+            scale = np.maximum(1.4826 * mad, floor * np.abs(centre))
             new_keep = np.isfinite(x) & (np.abs(x - centre[:, None]) <= k * scale[:, None])
             # A row whose samples all disagree keeps them all.
             empty = ~new_keep.any(axis=1)
@@ -186,6 +191,21 @@ class Profile:
         gap = t["idle_seconds"] / t["timed_nodes"]
         return max(0.0, float(np.median(gap)))
 
+    @property
+    def step_overhead_seconds(self) -> float:
+        """What a step costs beyond its ops: median untraced wall time minus the sum
+        of the op times, floored at 0 (NaN without untraced steps).
+
+        It holds ``Session.run``'s set-up and tear-down (which grows with the
+        graph), the executor's gaps between ops and what the averaging of op
+        times leaves out. A one-device step is predicted as the sum of its op
+        times plus this; it does not depend on the batch size.
+        """
+        wall = self.step_time(traced=False)
+        if not np.isfinite(wall):
+            return float("nan")
+        return max(0.0, wall - float(self.ops["seconds"].sum()))
+
     def report(self) -> str:
         """A few lines saying what was measured and what could not be mapped."""
         c = self.counts
@@ -197,7 +217,8 @@ class Profile:
             f"Grappler) {c['pruned']}; coverage (timed+fused)/step ops = {self.coverage:.1%}",
             f"  sum of op times {self.ops['seconds'].sum() * 1e3:.2f} ms; median step "
             f"{self.step_time() * 1e3:.2f} ms untraced, {self.step_time(True) * 1e3:.2f} ms traced; "
-            f"executor gap {self.dispatch_seconds * 1e6:.1f} us per op",
+            f"executor gap {self.dispatch_seconds * 1e6:.1f} us per op; step overhead "
+            f"{self.step_overhead_seconds * 1e3:.2f} ms",
         ]
         if self.unmapped:
             lines.append(f"  {len(self.unmapped)} timed names not in the GraphDef: "

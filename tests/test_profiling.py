@@ -146,3 +146,14 @@ def test_transfers_between_local_cluster_tasks_grow_with_size():
     assert med[16 << 20] > med[4] + 1e-3     # 16 MB over gRPC takes milliseconds
     fit = costmodel.LinkModel().fit(df).links_
     assert (fit["bandwidth"] < 1e11).all()
+
+
+def test_default_model_plans_eight_gpus_from_a_cpu_only_machine():
+    """No profile, no GPU: the analytic P100 preset and PCIe links still give a placement."""
+    m = small_cnn(batch=32, size=32, channels=32)
+    gpus = [f"/device:GPU:{i}" for i in range(8)]
+    placed = place(m.graph_def, gpus, fetches=[m.train_op.name])
+    assert np.isfinite(placed.makespan) and placed.makespan > 0
+    cm = costmodel.default_cost_model()
+    assert placed.cluster.latency[0, 1] == cm.link(gpus[0], gpus[1])[0]
+    assert (placed.cluster.memory == costmodel.presets["p100"].memory).all()
