@@ -240,6 +240,7 @@ def plot(results: pd.DataFrame, path, algorithms):
     plt = common.matplotlib_agg()
     models = list(dict.fromkeys(results.model))
     strategies = ["data_parallel"] + [a for a in algorithms if a != "single"]
+    strategies += [s for s in dict.fromkeys(results.strategy) if s not in strategies + ["single"]]
     ncols = min(len(models), 3)
     nrows = -(-len(models) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(max(8.0, 4.4 * ncols), 3.4 * nrows + 1.0),
