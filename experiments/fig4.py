@@ -108,28 +108,37 @@ def summary(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(results: pd.DataFrame, path):
-    """Speedup over FastT per model and strategy (bars), the paper's two figures (x)."""
+    """Speedup over FastT per model and placement algorithm (bars), the paper's two figures (x).
+
+    Data parallelism, far slower here, is written under each model instead of drawn.
+    """
     plt = common.matplotlib_agg()
     models = list(dict.fromkeys(results.model))
-    strategies = [s for s in dict.fromkeys(results.strategy) if s not in ("single", "fastt")]
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(models) * max(1, len(strategies)) / 3), 4.2))
-    width = 0.8 / len(strategies)
+    strategies = [s for s in dict.fromkeys(results.strategy)
+                  if s not in ("single", "fastt", "data_parallel")]
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.6 * len(models) + 2), 4.4))
+    width = 0.8 / max(1, len(strategies))
     cmap = plt.get_cmap("tab10")
+
+    def step(model, s):
+        g = results[(results.model == model) & (results.strategy == s) & (results.status == "ok")]
+        return float(g.step_seconds.iloc[0]) if len(g) else np.nan
+
     for j, s in enumerate(strategies):
-        ys, xs = [], np.arange(len(models)) + (j - (len(strategies) - 1) / 2) * width
-        for model in models:
-            g = results[results.model == model].set_index("strategy")
-            ok = g.status == "ok"
-            ys.append(speedup(g.step_seconds.get("fastt") if ok.get("fastt", False) else np.nan,
-                              g.step_seconds.get(s) if ok.get(s, False) else np.nan))
-        ax.bar(xs, 100 * np.nan_to_num(np.asarray(ys, dtype=float)), width, label=label(s), color=cmap(j))
+        xs = np.arange(len(models)) + (j - (len(strategies) - 1) / 2) * width
+        ys = [100 * speedup(step(m, "fastt"), step(m, s)) for m in models]
+        ax.bar(xs, np.nan_to_num(ys), width, label=label(s), color=cmap(j))
         for x, model in zip(xs, models):
             key = (model, "fddps" if s == "fddps:improve=False" else s)
             if key in PAPER_FIG4 and s != "fddps":
                 ax.scatter([x], [100 * PAPER_FIG4[key]], marker="x", color="black", zorder=3)
     ax.axhline(0, color="grey", lw=0.8)
     ax.scatter([], [], marker="x", color="black", label="paper (PNASNet only)")
-    ax.set_xticks(np.arange(len(models)), models, fontsize=8)
+    names = []
+    for m in models:
+        dp = step(m, "data_parallel")
+        names.append(f"{m}\nDP: {step(m, 'fastt') / dp:.2f}x FastT" if np.isfinite(dp) else m)
+    ax.set_xticks(np.arange(len(models)), names, fontsize=8)
     ax.set_ylabel("speedup over FastT (%)")
     r0 = results.iloc[0]
     ax.set_title(f"Figure 4: {r0.hosts} hosts x {r0.gpus_per_host} simulated P100s, "
