@@ -209,8 +209,11 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                             x_single_predicted=f"{single_pred / r.predicted:.2f}x",
                             ops_w0_w1=f"{r.ops_worker0}/{r.ops_worker1}",
                             transfers=r.transfers, transfer_MB=round(r.transfer_MB, 2),
-                            place_s=round(r.place_seconds, 2)))
-    return pd.DataFrame(out)
+                            order_edges=r.order_edges, place_s=round(r.place_seconds, 2)))
+    out = pd.DataFrame(out)
+    if "order_edges" in out and not (out.order_edges.fillna(0) > 0).any():
+        out = out.drop(columns="order_edges")
+    return out
 
 
 def plot(df: pd.DataFrame, path):
