@@ -211,6 +211,13 @@ def beside_paper(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _some(names, at_most=4) -> str:
+    if not names:
+        return "-"
+    more = len(names) - at_most
+    return ", ".join(names[:at_most]) + (f" (+{more} more)" if more > 0 else "")
+
+
 def memory_summary(results: pd.DataFrame) -> pd.DataFrame:
     """Per model: the schedulers' reservation against the simulator's peak, and OOM verdicts."""
     ok = results[results.status == "ok"].copy()
@@ -231,7 +238,7 @@ def memory_summary(results: pd.DataFrame) -> pd.DataFrame:
             reserved_over_peak=(f"{k.ratio.min():.2f}-{k.ratio.max():.2f}" if len(k) else "-"),
             OOM=len(oom),
             OOM_but_peak_fits=len(fits),
-            which=", ".join(f"{label(r.strategy)}x{r.devices}" for r in fits.itertuples()) or "-"))
+            which=_some([f"{label(r.strategy)}x{r.devices}" for r in fits.itertuples()])))
     return pd.DataFrame(rows)
 
 
