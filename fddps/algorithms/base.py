@@ -9,6 +9,7 @@ insertion into idle gaps), memory in use, and the devices of colocation groups.
 
 from __future__ import annotations
 
+import heapq
 import time
 from bisect import bisect_left, bisect_right
 
@@ -456,6 +457,66 @@ class PlacementState:
         order = [tl.ops for tl in self.timelines]
         return Schedule.from_order(self.graph, self.cluster, self.device, order, algorithm, info,
                                    exec_time=self.et)
+
+
+def list_schedule(state: PlacementState, priority, insertion: bool = True,
+                  minimize: str = "finish") -> PlacementState:
+    """Place every op: ready ops by ascending ``priority``, each on its best device.
+
+    Parameters
+    ----------
+    state : PlacementState
+        Empty placement state of the graph and cluster; filled in and returned.
+    priority : array of float, shape (n,)
+        Smaller goes first among ready ops (ties: op index).
+    insertion : bool
+        Allow ops into idle gaps between placed ops.
+    minimize : ``"finish"`` or ``"start"``
+        The device where the op finishes first (HEFT, ETF-like passes), or
+        starts first, ties by finish (FastT).
+
+    Returns
+    -------
+    PlacementState
+
+    Raises
+    ------
+    InfeasibleError
+        If an op fits on no device (memory).
+    """
+    if minimize not in ("finish", "start"):
+        raise ValueError(f"minimize must be 'finish' or 'start', got {minimize!r}")
+    by_start = minimize == "start"
+    graph = state.graph
+    waiting = np.diff(graph.pred_ptr).tolist()
+    succ_ptr, succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
+    key = np.asarray(priority, dtype=np.float64).tolist()
+    ready = [(key[i], i) for i in range(graph.num_ops) if waiting[i] == 0]
+    heapq.heapify(ready)
+    rows, timelines = state.et_rows, state.timelines
+    while ready:
+        _, i = heapq.heappop(ready)
+        row = rows[i]
+        devices = state.candidates(i)
+        # An op cannot start before its inputs arrive, nor finish before that plus
+        # its run time: visit devices by that bound and stop once it cannot win.
+        bounds = sorted((r if by_start else r + row[k], k, r)
+                        for k, r in zip(devices, state.ready_times(i, devices)))
+        best = None
+        for bound, k, r in bounds:
+            if best is not None and bound > best[0][0]:
+                break
+            s = timelines[k].earliest_start(r, row[k], insertion)
+            choice = ((s, s + row[k]) if by_start else (s + row[k],), k, s)
+            if best is None or choice[0] < best[0]:
+                best = choice
+        state.place(i, best[1], best[2])
+        for p in range(succ_ptr[i], succ_ptr[i + 1]):
+            j = succ_idx[p]
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, (key[j], j))
+    return state
 
 
 def bottom_levels(graph, node_cost, edge_cost) -> np.ndarray:

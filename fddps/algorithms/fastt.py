@@ -51,12 +51,11 @@ Where we had to interpret:
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from ..split import schedule_with_splits
-from .base import PlacementState, Scheduler, bottom_levels, register, top_levels
+from .base import (PlacementState, Scheduler, bottom_levels, list_schedule, register,
+                   top_levels)
 from .heft import topological_position
 
 
@@ -105,26 +104,5 @@ class FastT(Scheduler):
 
     def _schedule_whole_ops(self, graph, cluster):
         state = PlacementState(graph, cluster)
-        rank = static_priority(state).tolist()
-        waiting = np.diff(graph.pred_ptr).tolist()
-        succ_ptr, succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
-        ready = [(rank[i], i) for i in range(graph.num_ops) if waiting[i] == 0]
-        heapq.heapify(ready)
-        et_rows, timelines, insertion = state.et_rows, state.timelines, self.insertion
-        while ready:
-            _, i = heapq.heappop(ready)
-            row = et_rows[i]
-            best = None
-            for k in state.candidates(i):
-                s = timelines[k].earliest_start(state.ready_time(i, k), row[k], insertion)
-                key = (s, s + row[k])
-                if best is None or key < best[0]:
-                    best = (key, k, s)
-            _, k, s = best
-            state.place(i, k, s)
-            for q in range(succ_ptr[i], succ_ptr[i + 1]):
-                j = succ_idx[q]
-                waiting[j] -= 1
-                if waiting[j] == 0:
-                    heapq.heappush(ready, (rank[j], j))
+        list_schedule(state, static_priority(state), self.insertion, minimize="start")
         return state.to_schedule(self.name, {"planned_makespan": max(state.finish, default=0.0)})

@@ -24,67 +24,10 @@ stops early once the makespan reaches :func:`fddps.lower_bound`.
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from ..bounds import lower_bound
-from .base import PlacementState
-
-
-def priority_list_schedule(graph, cluster, priority, exec_time=None, insertion=True) -> PlacementState:
-    """List-schedule ``graph``: ready ops by ascending ``priority``, each where it finishes first.
-
-    Parameters
-    ----------
-    graph : OpGraph
-    cluster : Cluster
-    priority : array of float, shape (n,)
-        Smaller goes first among ready ops; ties by op index.
-    exec_time : array (n, m), optional
-        ``graph.exec_times(cluster)``, if already computed.
-    insertion : bool
-        Allow idle gaps between placed ops to be filled.
-
-    Returns
-    -------
-    PlacementState
-        With every op placed (``device``, ``start``, ``finish``, ``timelines``).
-
-    Raises
-    ------
-    InfeasibleError
-        If an op fits on no device (memory).
-    """
-    state = PlacementState(graph, cluster, exec_time)
-    waiting = np.diff(graph.pred_ptr).tolist()
-    succ_ptr, succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
-    key = np.asarray(priority, dtype=np.float64).tolist()
-    ready = [(key[i], i) for i in range(graph.num_ops) if waiting[i] == 0]
-    heapq.heapify(ready)
-    rows, timelines = state.et_rows, state.timelines
-    while ready:
-        _, i = heapq.heappop(ready)
-        row = rows[i]
-        devices = state.candidates(i)
-        # A device cannot finish the op before its inputs arrive plus its run
-        # time: visit devices by that bound and stop once it cannot win.
-        bounds = sorted((r + row[k], k, r) for k, r in zip(devices, state.ready_times(i, devices)))
-        best_f = best_s = best_k = None
-        for bound, k, r in bounds:
-            if best_f is not None and bound >= best_f:
-                break
-            s = timelines[k].earliest_start(r, row[k], insertion)
-            f = s + row[k]
-            if best_f is None or f < best_f:
-                best_f, best_s, best_k = f, s, k
-        state.place(i, best_k, best_s)
-        for p in range(succ_ptr[i], succ_ptr[i + 1]):
-            j = succ_idx[p]
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                heapq.heappush(ready, (key[j], j))
-    return state
+from .base import PlacementState, list_schedule
 
 
 def forward_backward_improve(graph, cluster, start, finish, makespan, *, budget=200_000,
@@ -133,8 +76,8 @@ def forward_backward_improve(graph, cluster, start, finish, makespan, *, budget=
             if best <= bound + tol:
                 stats["lower_bound_reached"] = True
                 return best_state, stats
-            backward = priority_list_schedule(reverse, cluster, -finish_now, et)
-            forward = priority_list_schedule(graph, cluster, -np.asarray(backward.finish), et)
+            backward = list_schedule(PlacementState(reverse, cluster, et), -finish_now)
+            forward = list_schedule(PlacementState(graph, cluster, et), -np.asarray(backward.finish))
             stats["improve_passes"] += 1
             finish_now = np.asarray(forward.finish)
             span = float(finish_now.max(initial=0.0))
