@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from .devices import parse_device
-from .errors import CostModelError, ProfileError, ProfileMismatchError
+from .errors import CostModelError, ProfileError, ProfileMismatchError, check_file_format
 from .hardware import DevicePreset, LinkPreset, device_preset, link_preset, presets
 
 FORMAT = "fddps.costmodel"
@@ -379,13 +379,7 @@ class CostModel:
         ProfileError
             If ``d`` is not a cost model of this format and version (``path`` is named).
         """
-        where = f"{str(path)!r}" if path else "the given dictionary"
-        if not isinstance(d, Mapping) or d.get("format") != FORMAT:
-            raise ProfileError(f"{where} is not an fddps cost model (no \"format\": \"{FORMAT}\")",
-                               path=path)
-        if d.get("version") != VERSION:
-            raise ProfileError(f"{where} has cost model version {d.get('version')!r}; "
-                               f"this fddps reads version {VERSION}", path=path)
+        where = check_file_format(d, FORMAT, VERSION, "cost model", path)
         try:
             def bw(x):
                 return math.inf if x is None else float(x)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import ProfileError, ProfileMismatchError
+from .errors import ProfileError, ProfileMismatchError, check_file_format
 
 #: Status of an op in a profile.
 TIMED, FUSED, PRUNED = "timed", "fused", "pruned"
@@ -263,13 +263,7 @@ class Profile:
 
     @classmethod
     def from_dict(cls, d: Mapping, path=None) -> "Profile":
-        where = f"{str(path)!r}" if path else "the given dictionary"
-        if not isinstance(d, Mapping) or d.get("format") != PROFILE_FORMAT:
-            raise ProfileError(f"{where} is not an fddps profile (no \"format\": \"{PROFILE_FORMAT}\")",
-                               path=path)
-        if d.get("version") != PROFILE_VERSION:
-            raise ProfileError(f"{where} has profile version {d.get('version')!r}; this fddps reads "
-                               f"version {PROFILE_VERSION}", path=path)
+        where = check_file_format(d, PROFILE_FORMAT, PROFILE_VERSION, "profile", path)
         try:
             return cls(pd.DataFrame(d["ops"]), pd.DataFrame(d["steps"]), list(d["unmapped"]),
                        dict(d["meta"]))
