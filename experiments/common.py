@@ -351,6 +351,19 @@ def ensure_parent(path) -> Path:
     return path
 
 
+def save_csv_and_plot(df, out, plot, *plot_args) -> Path:
+    """Write ``df`` to the CSV ``out`` and ``plot(df, png, *plot_args)`` beside it; print both paths.
+
+    Returns the CSV's path.
+    """
+    out = ensure_parent(out)
+    df.to_csv(out, index=False)
+    png = out.with_suffix(".png")
+    plot(df, png, *plot_args)
+    print(f"results: {out}, {png}")
+    return out
+
+
 def matplotlib_agg():
     """``matplotlib.pyplot`` on the non-interactive Agg backend (for writing PNGs)."""
     import matplotlib

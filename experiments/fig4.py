@@ -191,11 +191,7 @@ def main(argv=None):
           "cross_host_MB = bytes the schedule sends between hosts.")
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(summary(results).to_string(index=False))
-    out = common.ensure_parent(args.out)
-    results.to_csv(out, index=False)
-    png = out.with_suffix(".png")
-    plot(results, png)
-    print(f"results: {out}, {png}")
+    common.save_csv_and_plot(results, args.out, plot)
     return results
 
 

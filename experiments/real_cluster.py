@@ -296,11 +296,7 @@ def main(argv=None):
           "makespan of the schedule under that cost model; x_single = one worker's time / this.")
     with pd.option_context("display.width", 200):
         print(summary(df).to_string(index=False))
-    out = common.ensure_parent(args.out)
-    df.to_csv(out, index=False)
-    png = out.with_suffix(".png")
-    plot(df, png)
-    print(f"results: {out}, {png}")
+    common.save_csv_and_plot(df, args.out, plot)
     return df
 
 
