@@ -379,9 +379,11 @@ def main(argv=None) -> int:
     """Entry point of ``fddps`` and ``python -m fddps``; returns the exit status."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help")):
+        argv = ["demo"] + argv  # no command: the demo, with whatever options were given
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["demo"] + list(argv or sys.argv[1:]))
     from .errors import FddpsError
 
     try:

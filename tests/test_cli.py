@@ -78,6 +78,14 @@ def test_bad_arguments_get_one_clear_line(small_graph_file, tmp_path, capsys):
         main(["bench", "no-such-experiment"])
 
 
+def test_no_command_runs_the_demo_with_its_options(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["--model", "vgg16", "--batch-size", "2", "--gpus", "2", "--algorithms", "fddps",
+                 "--out", str(out)]) == 0
+    assert "fddps demo: vgg16" in capsys.readouterr().out
+    assert (out / "placed_graph.pb").exists()
+
+
 def test_help_runs_as_a_program():
     out = subprocess.run([sys.executable, "-m", "fddps", "--help"], capture_output=True, text=True,
                          timeout=120)
