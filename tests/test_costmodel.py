@@ -188,6 +188,30 @@ def test_profiled_op_keeps_its_time_and_scales_to_another_batch_size():
     assert np.median(np.abs(alone - t16) / t16) > 3 * np.median(rel)
 
 
+def test_scaling_to_another_batch_ignores_bytes_that_do_not_grow_with_it():
+    """TF's CPU Conv2DBackpropInput on tiny maps: time tracks the (constant) filter
+    bytes across ops, yet each op's time doubles with the batch. The type's fit
+    credits the filter bytes; scaling by it would keep batch 16 at batch 8's times."""
+    rng = np.random.default_rng(3)
+    n = 40
+    filt = rng.uniform(1e5, 1e7, n)                   # filter bytes: same at every batch
+    act_per_image = 2e4 * rng.uniform(0.5, 2.0, n)    # activation bytes per image
+
+    def ops(batch):
+        act = act_per_image * batch
+        return pd.DataFrame({"name": [f"bpi{i}" for i in range(n)], "op_type": "Conv2DBackpropInput",
+                             "flops": act * 50, "input_bytes": filt + act, "output_bytes": act})
+
+    ops8, ops16 = ops(8), ops(16)
+    t8 = 5e-6 + filt * 1e-9 * 8           # proportional to filter bytes and to the batch
+    t16 = 5e-6 + filt * 1e-9 * 16
+    cm = fit_cost_model(ops8.assign(seconds=t8, status="timed", device_type="CPU"))
+    pred = cm.op_times(ops16, "CPU")
+    assert cm.last_report.counts == {"profile-scaled": n}
+    assert abs(pred.sum() / t16.sum() - 1) < 0.02
+    assert np.median(np.abs(pred - t16) / t16) < 0.02
+
+
 def test_pruned_ops_stay_zero_and_unseen_types_fall_back_counted(recwarn):
     ops = op_frame(30, "Conv2D", seed=9)
     measured = ops.assign(seconds=truth(ops), status="timed", device_type="CPU")
