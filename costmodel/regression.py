@@ -5,7 +5,7 @@
   on FLOPs and bytes in/out. A profiled op at the shapes it was profiled at
   gets its measured time; at other shapes (another batch size) its measured
   time with the part above its type's fixed cost (the fastest profiled op of
-  the type) scaled by the op's work ratio (FLOPs, or bytes for ops without
+  the type, when it has a few) scaled by the op's work ratio (FLOPs, or bytes for ops without
   FLOPs); an
   op never profiled gets its type's fit; an op whose type was never profiled
   gets the device preset calibrated on the profile (the documented fallback,
@@ -73,8 +73,9 @@ class OpTimeModel:
         op type -> ``{"kind": "linear", "coef": [...], "intercept": float,
         "floor": float, "r2": float, "n": int, "fixed": float}`` or
         ``{"kind": "ratio", "ratio": float, "n": int, "fixed": float}``;
-        ``fixed`` is the fastest measured time of the type, the part of an op's
-        time taken as not growing with its work.
+        ``fixed`` is the fastest measured time of the type (0 with fewer than
+        ``2 * min_samples`` ops), the part of an op's time taken as not
+        growing with its work.
     measured_ : pandas.DataFrame
         ``name``, the features, ``seconds``, ``status`` of every profiled op.
 
@@ -144,7 +145,10 @@ class OpTimeModel:
         # stay above a tenth of the fastest measured op of the type.
         floor = 0.1 * float(np.min(y))
         distinct = len(np.unique(x, axis=0))
-        fixed = float(np.min(y))
+        # The fastest op of a type bounds its fixed per-op cost (kernel launch,
+        # oneDNN set-up), the part of a time that does not grow with the work;
+        # among a handful of ops the fastest is just an op, so none is assumed.
+        fixed = float(np.min(y)) if n >= 2 * self.min_samples else 0.0
         if distinct >= self.min_samples and op_type not in NO_WORK_OPS and x.any():
             scale = np.where(x.max(axis=0) > 0, x.max(axis=0), 1.0)
             # Weights 1/y^2: least squares on relative error, so microsecond

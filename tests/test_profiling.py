@@ -114,9 +114,10 @@ def test_profile_at_one_batch_size_predicts_another():
     measured = m16["seconds"].to_numpy()[heavy].sum()
     predicted = pred[heavy].sum()
     unchanged = p4.ops.set_index("name").loc[m16["name"][heavy], "seconds"].sum()
-    # 4x the batch: the prediction scales with it, the batch-4 times do not.
+    # 4x the batch: the prediction scales with it, the batch-4 times do not
+    # (closer as a ratio: these small convolutions grow 2-4x, by the machine's load).
     assert 0.5 * measured < predicted < 2.0 * measured
-    assert abs(predicted - measured) < abs(unchanged - measured)
+    assert abs(np.log(predicted / measured)) < abs(np.log(unchanged / measured))
 
 
 def test_profile_rejects_bad_fetches_and_step_counts():
