@@ -318,6 +318,9 @@ class CostModel:
             TensorFlow device names.
         memory : float or mapping of name -> bytes, optional
             Capacities; default :meth:`device_memory` of each device's type.
+
+        Links between two CPU devices get ``transfer_compute = 1``: the devices
+        spend the transfer's time on it themselves (:meth:`fddps.Cluster.from_links`).
         """
         from fddps.cluster import Cluster, Device
 

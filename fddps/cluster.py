@@ -3,7 +3,10 @@
 A transfer of ``b`` bytes from device ``k`` to device ``l`` costs
 ``latency[k, l] + b / bandwidth[k, l]`` seconds, and nothing when ``k == l``.
 Links are contention-free, as in the DAG-scheduling literature the algorithms
-come from (HEFT, DCP, ETF).
+come from (HEFT, DCP, ETF). Where devices move tensors themselves (CPU
+devices over gRPC), ``transfer_compute`` says what fraction of a transfer's
+time its two end devices spend on it; the simulator then charges that time to
+them (:mod:`fddps.simulate`), so many small transfers slow the devices down.
 """
 
 from __future__ import annotations
@@ -51,12 +54,18 @@ class Cluster:
         Bytes per second of each link (``inf``: transfers cost only latency).
     latency : float or array-like (m, m)
         Seconds per transfer on each link.
+    transfer_compute : float or array-like (m, m)
+        Fraction (0 to 1) of a transfer's time that its end devices spend on it,
+        half each, and cannot compute meanwhile: 0 where copy engines move the
+        data (GPUs, the default), 1 for CPU devices that serialise, copy and
+        parse each tensor themselves (TensorFlow tasks talking gRPC).
 
     Raises
     ------
     ClusterError
         On no devices, duplicate names, a non-positive speed, a negative memory,
-        or a link with a negative latency or non-positive bandwidth.
+        a link with a negative latency or non-positive bandwidth, or a
+        ``transfer_compute`` outside [0, 1].
 
     Examples
     --------
@@ -67,7 +76,8 @@ class Cluster:
     0.0
     """
 
-    def __init__(self, devices: Sequence[Device], bandwidth=float("inf"), latency=0.0):
+    def __init__(self, devices: Sequence[Device], bandwidth=float("inf"), latency=0.0,
+                 transfer_compute=0.0):
         self.devices = tuple(devices)
         m = len(self.devices)
         if m == 0:
@@ -88,12 +98,17 @@ class Cluster:
             raise ClusterError("every link needs a bandwidth > 0")
         if np.any(~(self.latency[off] >= 0)) or np.any(np.isinf(self.latency[off])):
             raise ClusterError("every link needs a finite latency >= 0")
+        self.transfer_compute = self._matrix(transfer_compute, "transfer_compute")
+        if np.any(~((self.transfer_compute >= 0) & (self.transfer_compute <= 1))):
+            raise ClusterError("transfer_compute must lie between 0 and 1 on every link")
         np.fill_diagonal(self.latency, 0.0)
         np.fill_diagonal(self.bandwidth, np.inf)
+        np.fill_diagonal(self.transfer_compute, 0.0)
         self.inv_bandwidth = 1.0 / self.bandwidth
         self.memory = np.array([d.memory for d in self.devices], dtype=np.float64)
         self.speed = np.array([d.speed for d in self.devices], dtype=np.float64)
-        for arr in (self.bandwidth, self.latency, self.inv_bandwidth, self.memory, self.speed):
+        for arr in (self.bandwidth, self.latency, self.inv_bandwidth, self.memory, self.speed,
+                    self.transfer_compute):
             arr.setflags(write=False)
 
     def _matrix(self, value, what):
@@ -151,11 +166,17 @@ class Cluster:
         return cls(devices, bandwidth=bw, latency=lat)
 
     @classmethod
-    def from_links(cls, devices: Sequence[Device], link) -> "Cluster":
+    def from_links(cls, devices: Sequence[Device], link, transfer_compute=None) -> "Cluster":
         """Devices whose link from ``a`` to ``b`` is ``link(a.name, b.name) -> (latency, bandwidth)``.
 
         How a cost model turns its per-pair link figures into a cluster.
+        ``transfer_compute`` defaults to 1 between two devices of type
+        ``"CPU"`` (they serialise, copy and parse tensors on the cores they
+        compute on) and 0 otherwise (GPUs' copy engines move the data).
         """
+        if transfer_compute is None:
+            is_cpu = np.array([d.type.upper() == "CPU" for d in devices])
+            transfer_compute = np.outer(is_cpu, is_cpu).astype(np.float64)
         devices = list(devices)
         m = len(devices)
         lat, bw = np.zeros((m, m)), np.full((m, m), np.inf)
@@ -163,7 +184,7 @@ class Cluster:
             for j in range(m):
                 if i != j:
                     lat[i, j], bw[i, j] = link(devices[i].name, devices[j].name)
-        return cls(devices, bandwidth=bw, latency=lat)
+        return cls(devices, bandwidth=bw, latency=lat, transfer_compute=transfer_compute)
 
     # -- queries -------------------------------------------------------------------
     @property

@@ -10,6 +10,18 @@ Two entry points:
   it is free, the ready op that comes first in topological order (the
   first-in-first-out behaviour of TensorFlow's executor). It returns a
   :class:`Timeline` with busy time, transfer volume per link and peak memory.
+
+Transfers. A tensor sent from device ``s`` to ``d`` takes ``T = latency +
+bytes / bandwidth`` (:class:`~fddps.cluster.Cluster`). Where the cluster says
+the end devices move it themselves (``Cluster.transfer_compute[s, d] = c > 0``:
+CPU devices talking gRPC serialise, copy and parse every tensor on the cores
+that also compute), a transfer is two extra tasks: a *send* of ``c * T / 2`` on
+``s`` right after the producer, and a *receive* of ``c * T / 2`` on ``d`` right
+before the first op there that reads it; between them the tensor spends
+``(1 - c) * T`` on the wire. It is sent once per (producer, receiving device),
+as TensorFlow's rendezvous does, and the devices cannot compute meanwhile, so
+many small transfers slow both ends down. With ``c = 0`` (GPUs, whose copy
+engines move data) every edge simply arrives ``T`` after its producer finishes.
 """
 
 from __future__ import annotations
@@ -46,6 +58,128 @@ def _edge_comm(graph, cluster, device):
     return np.where(s == d, 0.0, comm)
 
 
+
+class _Flow:
+    """The step as the simulator runs it: the graph's ops, then one send and one
+    receive task per compute-charged transfer (see the module docstring).
+
+    Attributes: ``n`` real ops, ``total`` tasks, ``dev`` and ``dur`` per task,
+    successors in CSR form (``succ_ptr``, ``succ_idx``, ``succ_delay``: what
+    the edge adds between the finish of one task and the earliest start of the
+    next), and per transfer ``t``: ``producer``, ``dst`` device, ``seconds``
+    (its ``T``), ``share`` (its ``c``) and ``first`` (the first op on ``dst`` that reads
+    it, under an order; set by :meth:`order_tasks`). ``edge_transfer`` gives,
+    per graph edge, the transfer that carries it or -1.
+    """
+
+    def __init__(self, graph, cluster, device, dur):
+        n, m = graph.num_ops, cluster.num_devices
+        self.n, self.m = n, m
+        src, dst = graph.src, graph.dst
+        s_dev, d_dev = device[src], device[dst]
+        share_of_edge = cluster.transfer_compute[s_dev, d_dev]
+        charged = (s_dev != d_dev) & (share_of_edge > 0)
+        comm = _edge_comm(graph, cluster, device)
+        self.edge_transfer = np.full(graph.num_edges, -1, dtype=np.int64)
+        keys, inverse = np.unique(src[charged] * m + d_dev[charged], return_inverse=True)
+        t_count = keys.size
+        self.edge_transfer[charged] = inverse
+        self.producer = keys // m
+        self.dst = keys % m
+        nbytes = np.zeros(t_count)
+        np.maximum.at(nbytes, inverse, graph.bytes[charged])  # one tensor per producer and device
+        s_t = device[self.producer]
+        self.bytes = nbytes
+        self.seconds = cluster.latency[s_t, self.dst] + nbytes * cluster.inv_bandwidth[s_t, self.dst]
+        self.share = cluster.transfer_compute[s_t, self.dst]
+        self.total = n + 2 * t_count
+        sends, recvs = n + np.arange(t_count), n + t_count + np.arange(t_count)
+        self.sends, self.recvs = sends, recvs
+        self.dev = np.concatenate([device, s_t, self.dst])
+        half = self.share * self.seconds / 2
+        self.dur = np.concatenate([dur, half, half])
+        plain = ~charged
+        e_src = np.concatenate([src[plain], self.producer, sends, recvs[inverse]])
+        e_dst = np.concatenate([dst[plain], sends, recvs, dst[charged]])
+        e_delay = np.concatenate([comm[plain], np.zeros(t_count),
+                                  (1.0 - self.share) * self.seconds, np.zeros(int(charged.sum()))])
+        by_src = np.argsort(e_src, kind="stable")
+        self.succ_ptr = np.searchsorted(e_src[by_src], np.arange(self.total + 1))
+        self.succ_idx = e_dst[by_src]
+        self.succ_delay = e_delay[by_src]
+        self.indeg = np.bincount(e_dst, minlength=self.total)
+        self._charged_edges = np.flatnonzero(charged)
+        self._graph = graph
+
+    def order_tasks(self, order):
+        """Per device, the tasks in the order it runs them: ``order``'s ops, each
+        send right after its producer, each receive right before the first op
+        of the device that reads the tensor."""
+        if self.total == self.n:
+            return [np.asarray(seq, dtype=np.int64) for seq in order]
+        pos = np.zeros(self.n)
+        for seq in order:
+            seq = np.asarray(seq, dtype=np.int64)
+            pos[seq] = np.arange(seq.size)
+        t_count = self.sends.size
+        first_pos = np.full(t_count, np.inf)
+        g = self._graph
+        e = self._charged_edges
+        np.minimum.at(first_pos, self.edge_transfer[e], pos[g.dst[e]])
+        task = np.concatenate([np.arange(self.n), self.sends, self.recvs])
+        key = np.concatenate([pos, pos[self.producer] + 0.5, first_pos - 0.5])
+        sub = np.concatenate([np.zeros(self.n), self.dst.astype(float), self.producer.astype(float)])
+        dev = self.dev
+        out = []
+        for k in range(len(order)):
+            sel = np.flatnonzero(dev == k)
+            out.append(task[sel[np.lexsort((sub[sel], key[sel]))]])
+        return out
+
+
+def _run(flow, order):
+    """Start and finish of every task of ``flow`` under per-device ``order`` (of
+    tasks), by Kahn's algorithm over the flow's edges plus "previous task on the
+    same device". On a deadlock: ``(None, inputs each task still waits for)``."""
+    n = flow.total
+    prev_on_device = np.full(n, -1, dtype=np.int64)
+    for seq in order:
+        prev_on_device[seq[1:]] = seq[:-1]
+    indeg = flow.indeg + (prev_on_device >= 0)
+    next_on_device = np.full(n, -1, dtype=np.int64)
+    has_prev = prev_on_device >= 0
+    next_on_device[prev_on_device[has_prev]] = np.flatnonzero(has_prev)
+    indeg_l, ready_l = indeg.tolist(), [0.0] * n
+    succ_ptr, succ_idx = flow.succ_ptr.tolist(), flow.succ_idx.tolist()
+    delay, dur_l, nxt = flow.succ_delay.tolist(), flow.dur.tolist(), next_on_device.tolist()
+    stack = [i for i in range(n) if indeg_l[i] == 0]
+    done = 0
+    start_l, finish_l = [0.0] * n, [0.0] * n
+    while stack:
+        i = stack.pop()
+        done += 1
+        s = ready_l[i]
+        f = s + dur_l[i]
+        start_l[i], finish_l[i] = s, f
+        for p in range(succ_ptr[i], succ_ptr[i + 1]):
+            j = succ_idx[p]
+            t = f + delay[p]
+            if t > ready_l[j]:
+                ready_l[j] = t
+            indeg_l[j] -= 1
+            if indeg_l[j] == 0:
+                stack.append(j)
+        j = nxt[i]
+        if j >= 0:
+            if f > ready_l[j]:
+                ready_l[j] = f
+            indeg_l[j] -= 1
+            if indeg_l[j] == 0:
+                stack.append(j)
+    if done < n:
+        return None, np.asarray(indeg_l)
+    return np.asarray(start_l), np.asarray(finish_l)
+
 def replay(graph, cluster, device, order, exec_time=None):
     """Start and finish time of every op under a placement and per-device order.
 
@@ -70,14 +204,20 @@ def replay(graph, cluster, device, order, exec_time=None):
         If ``order`` does not list each op once on its own device, or if it
         contradicts the graph's dependencies (the step would deadlock).
     """
+    start, finish, _ = _replay_flow(graph, cluster, device, order, exec_time)
+    return start[:graph.num_ops], finish[:graph.num_ops]
+
+
+def _replay_flow(graph, cluster, device, order, exec_time=None):
+    """:func:`replay`, returning the times of every task of the step's
+    :class:`_Flow` (ops first, then sends and receives) and the flow itself."""
     n = graph.num_ops
     device = np.asarray(device, dtype=np.int64)
     et = graph.exec_times(cluster) if exec_time is None else exec_time
     dur = et[np.arange(n), device]
-    prev_on_device = np.full(n, -1, dtype=np.int64)
     seen = np.zeros(n, dtype=bool)
+    order = [np.asarray(seq, dtype=np.int64) for seq in order]
     for k, seq in enumerate(order):
-        seq = np.asarray(seq, dtype=np.int64)
         if seq.size and np.any(device[seq] != k):
             bad = int(seq[device[seq] != k][0])
             raise InvalidScheduleError(f"op {graph.names[bad]!r} is ordered on device "
@@ -85,55 +225,17 @@ def replay(graph, cluster, device, order, exec_time=None):
         if np.any(seen[seq]) or len(np.unique(seq)) != seq.size:
             raise InvalidScheduleError(f"an op is listed twice in the order of device {cluster.names[k]!r}")
         seen[seq] = True
-        prev_on_device[seq[1:]] = seq[:-1]
     if not seen.all():
         bad = int(np.flatnonzero(~seen)[0])
         raise InvalidScheduleError(f"op {graph.names[bad]!r} is missing from the order of its device")
-
-    comm = _edge_comm(graph, cluster, device)
-    # Kahn's algorithm over graph edges plus "previous op on the same device".
-    indeg = np.diff(graph.pred_ptr) + (prev_on_device >= 0)
-    next_on_device = np.full(n, -1, dtype=np.int64)
-    has_prev = prev_on_device >= 0
-    next_on_device[prev_on_device[has_prev]] = np.flatnonzero(has_prev)
-    ready = np.zeros(n)
-    start = np.zeros(n)
-    finish = np.zeros(n)
-    indeg_l, ready_l = indeg.tolist(), ready.tolist()
-    succ_ptr, succ_idx, succ_eid = graph.succ_ptr.tolist(), graph.succ_idx.tolist(), graph.succ_eid.tolist()
-    comm_l, dur_l, nxt = comm.tolist(), dur.tolist(), next_on_device.tolist()
-    stack = [i for i in range(n) if indeg_l[i] == 0]
-    done = 0
-    start_l, finish_l = [0.0] * n, [0.0] * n
-    while stack:
-        i = stack.pop()
-        done += 1
-        s = ready_l[i]
-        f = s + dur_l[i]
-        start_l[i], finish_l[i] = s, f
-        for p in range(succ_ptr[i], succ_ptr[i + 1]):
-            j = succ_idx[p]
-            t = f + comm_l[succ_eid[p]]
-            if t > ready_l[j]:
-                ready_l[j] = t
-            indeg_l[j] -= 1
-            if indeg_l[j] == 0:
-                stack.append(j)
-        j = nxt[i]
-        if j >= 0:
-            if f > ready_l[j]:
-                ready_l[j] = f
-            indeg_l[j] -= 1
-            if indeg_l[j] == 0:
-                stack.append(j)
-    if done < n:
-        stuck = int(np.flatnonzero(np.asarray(indeg_l) > 0)[0])
+    flow = _Flow(graph, cluster, device, dur)
+    start, finish = _run(flow, flow.order_tasks(order))
+    if start is None:  # then `finish` holds the inputs each task still waits for
+        stuck = int(np.flatnonzero(finish[:n] > 0)[0])
         raise InvalidScheduleError(
             f"the per-device order contradicts the graph's dependencies: op "
             f"{graph.names[stuck]!r} on {cluster.names[device[stuck]]!r} can never start")
-    start[:] = start_l
-    finish[:] = finish_l
-    return start, finish
+    return start, finish, flow
 
 
 def fifo_order(graph, cluster, device, exec_time=None):
@@ -141,7 +243,8 @@ def fifo_order(graph, cluster, device, exec_time=None):
 
     Whenever a device is free it takes, among its ops whose inputs have
     arrived, the one earliest in the graph's topological order; if none has
-    arrived, the next to arrive. An event simulation: each op waits in its
+    arrived, the next to arrive. Sends and receives of compute-charged
+    transfers (module docstring) go first whenever they are ready. An event simulation: each op waits in its
     device's heap of pending ops (by arrival), then of available ops (by
     topological rank), so the cost is ``O((n + e) log n)``.
 
@@ -152,20 +255,23 @@ def fifo_order(graph, cluster, device, exec_time=None):
     n, m = graph.num_ops, cluster.num_devices
     et = graph.exec_times(cluster) if exec_time is None else exec_time
     device = np.asarray(device, dtype=np.int64)
-    dur = et[np.arange(n), device].tolist()
-    comm = _edge_comm(graph, cluster, device).tolist()
-    rank = np.empty(n, dtype=np.int64)
+    flow = _Flow(graph, cluster, device, et[np.arange(n), device])
+    total = flow.total
+    dur, dev = flow.dur.tolist(), flow.dev.tolist()
+    # Sends and receives run as soon as they can (gRPC threads do not queue
+    # behind the executor's ops): they rank before every op.
+    rank = np.full(total, -1, dtype=np.int64)
     rank[graph.topo] = np.arange(n)
     rank = rank.tolist()
-    dev = device.tolist()
-    indeg = np.diff(graph.pred_ptr).tolist()
-    ready = [0.0] * n
+    indeg = flow.indeg.tolist()
+    ready = [0.0] * total
     free = [0.0] * m
-    succ_ptr, succ_idx, succ_eid = graph.succ_ptr.tolist(), graph.succ_idx.tolist(), graph.succ_eid.tolist()
-    pending = [[] for _ in range(m)]    # (arrival, rank, op): inputs not all there yet
-    available = [[] for _ in range(m)]  # (rank, op): inputs there, waiting for the device
+    succ_ptr, succ_idx = flow.succ_ptr.tolist(), flow.succ_idx.tolist()
+    delay = flow.succ_delay.tolist()
+    pending = [[] for _ in range(m)]    # (arrival, rank, task): inputs not all there yet
+    available = [[] for _ in range(m)]  # (rank, task): inputs there, waiting for the device
     events = []                         # (time, device): the device may start something
-    for i in range(n):
+    for i in range(total):
         if indeg[i] == 0:
             heapq.heappush(pending[dev[i]], (0.0, rank[i], i))
     for d in range(m):
@@ -187,11 +293,12 @@ def fifo_order(graph, cluster, device, exec_time=None):
         _, i = heapq.heappop(avail)
         f = t + dur[i]
         free[d] = f
-        order[d].append(i)
+        if i < n:
+            order[d].append(i)
         heapq.heappush(events, (f, d))
         for p in range(succ_ptr[i], succ_ptr[i + 1]):
             j = succ_idx[p]
-            a = f + comm[succ_eid[p]]
+            a = f + delay[p]
             if a > ready[j]:
                 ready[j] = a
             indeg[j] -= 1
@@ -213,9 +320,11 @@ class Timeline:
     ops : pandas.DataFrame
         One row per op: ``op``, ``device``, ``start``, ``finish``.
     busy : pandas.Series
-        Seconds each device computes, by device name.
+        Seconds each device computes (ops, and sends and receives on devices
+        that move tensors themselves), by device name.
     transfers : pandas.DataFrame
-        One row per link used: ``src``, ``dst``, ``bytes``, ``tensors``, ``seconds``.
+        One row per link used: ``src``, ``dst``, ``bytes``, ``tensors``, ``seconds``
+        (per edge; per tensor and receiving device on compute-charged links).
     peak_memory : pandas.Series
         Highest bytes held at once on each device, by device name.
     """
@@ -306,15 +415,21 @@ def simulate(graph, cluster, placement, order=None):
     else:
         order = [np.asarray([graph.index[o] if o in graph.index else int(o) for o in seq],
                             dtype=np.int64) for seq in order]
-    start, finish = replay(graph, cluster, device, order, et)
+    start, finish, flow = _replay_flow(graph, cluster, device, order, et)
+    n = graph.num_ops
+    start, finish = start[:n], finish[:n]
     comm = _edge_comm(graph, cluster, device)
     names = list(cluster.names)
     ops = pd.DataFrame({"op": list(graph.names), "device": [names[k] for k in device],
                         "start": start, "finish": finish})
-    busy = pd.Series(np.bincount(device, weights=dur, minlength=len(names)), index=names, name="busy")
-    cross = device[graph.src] != device[graph.dst]
-    links = pd.DataFrame({"src": device[graph.src][cross], "dst": device[graph.dst][cross],
-                          "bytes": graph.bytes[cross], "seconds": comm[cross]})
+    # Busy: computing ops, and sending and receiving where devices do that themselves.
+    busy = pd.Series(np.bincount(flow.dev, weights=flow.dur, minlength=len(names)), index=names,
+                     name="busy")
+    cross = (device[graph.src] != device[graph.dst]) & (flow.edge_transfer < 0)
+    links = pd.DataFrame({"src": np.concatenate([device[graph.src][cross], device[flow.producer]]),
+                          "dst": np.concatenate([device[graph.dst][cross], flow.dst]),
+                          "bytes": np.concatenate([graph.bytes[cross], flow.bytes]),
+                          "seconds": np.concatenate([comm[cross], flow.seconds])})
     transfers = (links.groupby(["src", "dst"]).agg(bytes=("bytes", "sum"), tensors=("bytes", "size"),
                                                    seconds=("seconds", "sum")).reset_index())
     transfers["src"] = [names[k] for k in transfers["src"]]

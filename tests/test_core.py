@@ -222,6 +222,55 @@ def test_simulator_counts_transfers_and_peak_memory():
         fddps.simulate(g, c, {"a": "0", "b": "0", "c": "0"}, order=[["b", "a", "c"], []])
 
 
+def test_transfers_that_devices_compute_occupy_both_ends_once_per_tensor():
+    """CPU tasks over gRPC: a transfer's T splits into a send on the producer's
+    device and a receive on the consumer's, and is made once for two readers."""
+    g = OpGraph(["p", "x", "r1", "r2"], [1.0, 1.0, 1.0, 1.0],
+                [("p", "r1", 100), ("p", "r2", 100)])
+    where = {"p": "0", "x": "0", "r1": "1", "r2": "1"}
+    free = Cluster.homogeneous(2, bandwidth=100.0, latency=1.0)   # T = 1 + 100 / 100 = 2
+    charged = Cluster(free.devices, bandwidth=100.0, latency=1.0, transfer_compute=1.0)
+    order = [["p", "x"], ["r1", "r2"]]
+    t0 = fddps.simulate(g, free, where, order)
+    t1 = fddps.simulate(g, charged, where, order)
+    # Contention-free: x runs right after p; r1 starts when the tensor lands (1 + 2).
+    assert t0.ops.set_index("op").loc[["x", "r1", "r2"], "start"].tolist() == [1.0, 3.0, 4.0]
+    # Charged: device 0 sends for T/2 = 1 s before x; device 1 receives for 1 s, once.
+    assert t1.ops.set_index("op").loc[["x", "r1", "r2"], "start"].tolist() == [2.0, 3.0, 4.0]
+    assert t1.busy.tolist() == [3.0, 3.0] and t0.busy.tolist() == [2.0, 2.0]
+    assert t1.transfers[["bytes", "tensors"]].values.tolist() == [[100.0, 1]]
+    assert t0.transfers[["bytes", "tensors"]].values.tolist() == [[200.0, 2]]
+    # Half charged: 0.5 s send, 1 s on the wire, 0.5 s receive.
+    half = Cluster(free.devices, bandwidth=100.0, latency=1.0, transfer_compute=0.5)
+    th = fddps.simulate(g, half, where, order)
+    assert th.ops.set_index("op").loc[["x", "r1"], "start"].tolist() == [1.5, 3.0]
+    # Schedules are timed the same way, so a schedule and the simulator agree.
+    s = fddps.schedule(g, charged, algorithm="heft")
+    sim = fddps.simulate(g, charged, s.placement, [[g.names[i] for i in q] for q in s.order])
+    assert s.makespan == pytest.approx(sim.makespan) and s.validate()
+    with pytest.raises(ClusterError, match="transfer_compute"):
+        Cluster(free.devices, transfer_compute=1.5)
+
+
+def test_schedulers_charge_remote_inputs_to_the_receiving_device_once():
+    from fddps.algorithms.base import PlacementState
+
+    g = OpGraph(["p", "r1", "r2"], [1.0, 1.0, 1.0], [("p", "r1", 100), ("p", "r2", 100)])
+    devices = Cluster.homogeneous(2).devices
+    charged = Cluster(devices, bandwidth=100.0, latency=1.0, transfer_compute=1.0)   # T = 2
+    state = PlacementState(g, charged)
+    state.place(0, 0, 0.0)
+    # On device 1, r1 waits for no wire time but spends T receiving (and sending).
+    assert state.ready_time(1, 1) == 1.0 and state.duration_row(1) == [1.0, 3.0]
+    state.place(1, 1, state.earliest_start(1, 1))
+    assert state.finish[1] == 4.0
+    # r2 reads the tensor r1 already received: no second transfer.
+    assert state.duration_row(2) == [1.0, 1.0] and state.ready_time(2, 1) == 3.0
+    free = PlacementState(g, Cluster(devices, bandwidth=100.0, latency=1.0))
+    free.place(0, 0, 0.0)
+    assert free.ready_time(1, 1) == 3.0 and free.duration_row(1) == [1.0, 1.0]
+
+
 def test_fifo_simulation_runs_ready_ops_first_in_topological_order():
     g = OpGraph(["a", "b", "c"], [1.0, 2.0, 3.0], [("a", "c")])
     t = fddps.simulate(g, Cluster.homogeneous(1), ["0", "0", "0"])

@@ -120,6 +120,10 @@ def test_cost_model_builds_a_cluster_with_its_links_and_capacities():
     assert c.bandwidth[0, 2] == presets["10gbe"].bandwidth
     assert c.devices[0].memory == presets["p100"].memory
     assert c.devices[0].host == c.devices[1].host != c.devices[2].host
+    # GPUs' copy engines move tensors; CPU tasks spend their own time on it.
+    assert not c.transfer_compute.any()
+    cpus = cm.cluster([W0, W1, "/job:worker/replica:0/task:1/device:GPU:0"])
+    assert cpus.transfer_compute.tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 0]]
 
 
 def test_link_model_recovers_latency_and_bandwidth():

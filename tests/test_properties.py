@@ -2,7 +2,8 @@
 
 Graph families: random DAGs, chains, forks, joins, in-trees and out-trees; with
 and without transfers, memory limits, colocation groups; homogeneous and
-heterogeneous (device types, speeds, links) clusters. Every algorithm must
+heterogeneous (device types, speeds, links) clusters, with links whose devices
+spend each transfer's time themselves or not. Every algorithm must
 return a schedule that validates, that the simulator replays to the same
 makespan, and that no bound beats; FD-DPS must never lose to one device.
 """
@@ -85,12 +86,15 @@ def problems(draw):
     devices = [Device(f"d{k}", type=types[k], speed=speeds[k], memory=capacity) for k in range(m)]
     bandwidth = draw(st.sampled_from([1e5, 1e7, float("inf")]))
     latency = draw(st.sampled_from([0.0, 0.01, 1.0]))
+    # Devices that spend (part of) each transfer themselves, like CPUs over gRPC.
+    transfer_compute = draw(st.sampled_from([0.0, 0.0, 0.5, 1.0]))
     if draw(st.booleans()) and m > 1:
         bw = np.full((m, m), bandwidth)
         bw[: m // 2, m // 2:] = bw[m // 2:, : m // 2] = bandwidth / 10  # a slower link between halves
-        cluster = Cluster(devices, bandwidth=bw, latency=latency)
+        cluster = Cluster(devices, bandwidth=bw, latency=latency, transfer_compute=transfer_compute)
     else:
-        cluster = Cluster(devices, bandwidth=bandwidth, latency=latency)
+        cluster = Cluster(devices, bandwidth=bandwidth, latency=latency,
+                          transfer_compute=transfer_compute)
     return graph, cluster
 
 

@@ -13,9 +13,11 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from costmodel import default_cost_model  # noqa: E402
+from fddps import Cluster  # noqa: E402
 from fddps.errors import ClusterError  # noqa: E402
 from fddps.tf import local_cluster, place  # noqa: E402
-from fddps.tf.devices import same_device  # noqa: E402
+from fddps.tf.devices import make_cluster, same_device  # noqa: E402
 
 
 class _LeaveBlock(Exception):
@@ -45,9 +47,15 @@ def test_placed_graph_runs_across_two_workers(cnn_graph, tf_config, tf_train_ste
             assert cluster.target.startswith("grpc://127.0.0.1:")
             assert cluster.devices == ["/job:worker/replica:0/task:0/device:CPU:0",
                                        "/job:worker/replica:0/task:1/device:CPU:0"]
-            p = place(cnn_graph.graph_def, cluster.devices, fetches=["train", "loss"])
-            # The cost model's cross-host link joins the two tasks.
-            assert p.cluster.devices[0].host != p.cluster.devices[1].host
+            # The cost model's cross-host link joins the two tasks, whose CPUs spend
+            # each transfer's time themselves.
+            tasks = make_cluster(cluster.devices, default_cost_model())
+            assert tasks.devices[0].host != tasks.devices[1].host
+            assert tasks.transfer_compute[0, 1] == 1
+            # Scheduled as if links were contention-free, so that the small graph is
+            # spread over both tasks (charged, it would rather stay on one).
+            free = Cluster(tasks.devices, bandwidth=tasks.bandwidth, latency=tasks.latency)
+            p = place(cnn_graph.graph_def, free, fetches=["train", "loss"])
             got = tf_train_step(p.graph_def, cnn_graph, cluster.session_config(), cluster.target)
 
             assert got.loss == pytest.approx(ref.loss, rel=1e-5)

@@ -238,5 +238,6 @@ def make_cluster(devices, cost_model, memory=None) -> Cluster:
         out.append(Device(normal[k], type=spec.device_type, speed=speed, memory=cap,
                           host=host_of(spec)))
     if given is not None:
-        return Cluster(out, bandwidth=given.bandwidth, latency=given.latency)
+        return Cluster(out, bandwidth=given.bandwidth, latency=given.latency,
+                       transfer_compute=given.transfer_compute)
     return Cluster.from_links(out, cost_model.link)
