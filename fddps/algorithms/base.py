@@ -268,7 +268,12 @@ class PlacementState:
         off = ~np.eye(m, dtype=bool)
         # With one latency and bandwidth on every link, a remote input arrives at
         # the same time on every device but its own (see ready_times).
-        self.uniform_links = bool(m > 1 and np.ptp(cluster.latency[off]) == 0
+        # Links whose end devices spend a share of each transfer themselves
+        # (Cluster.transfer_compute; CPU tasks over gRPC): see duration_row.
+        self.charged = bool(cluster.transfer_compute.any())
+        self.share = cluster.transfer_compute.tolist()
+        self.received = {}  # (producer, device) -> when its tensor is there
+        self.uniform_links = bool(m > 1 and not self.charged and np.ptp(cluster.latency[off]) == 0
                                   and np.ptp(cluster.inv_bandwidth[off]) == 0)
         self._link = ((float(cluster.latency[off][0]), float(cluster.inv_bandwidth[off][0]))
                       if self.uniform_links else None)
@@ -380,15 +385,50 @@ class PlacementState:
         return self.latency[src][dst] + nbytes * self.inv_bw[src][dst]
 
     def ready_time(self, i: int, k: int) -> float:
-        """When every input of op ``i`` (all placed) has arrived on device ``k``."""
+        """When every input of op ``i`` (all placed) has arrived on device ``k``.
+
+        On a link whose devices spend a share ``c`` of a transfer themselves,
+        the input is ready for them after ``(1 - c) * T`` on the wire; the
+        rest is in :meth:`duration_row`. A tensor already received on ``k``
+        for another op is there when that op received it.
+        """
         t = 0.0
         dev, fin, lat, inv = self.device, self.finish, self.latency, self.inv_bw
+        charged, share, received = self.charged, self.share, self.received
         for p, b in self.inputs[i]:
             d = dev[p]
-            a = fin[p] if d == k else fin[p] + lat[d][k] + b * inv[d][k]
+            if d == k:
+                a = fin[p]
+            elif charged and (p, k) in received:
+                a = received[(p, k)]
+            else:
+                a = fin[p] + (lat[d][k] + b * inv[d][k]) * (1.0 - share[d][k] if charged else 1.0)
             if a > t:
                 t = a
         return t
+
+    def duration_row(self, i: int) -> list:
+        """How long op ``i`` would occupy each device, all its inputs placed.
+
+        Its execution time, plus, on links where devices move tensors
+        themselves (``Cluster.transfer_compute`` ``c > 0``), ``c * T`` for each
+        remote input not yet received on that device: the receive and (charged
+        here too, as the sender's share is not known before its consumers are
+        placed) the send. Without such links this is ``et_rows[i]`` itself.
+        """
+        row = self.et_rows[i]
+        if not self.charged or not self.inputs[i]:
+            return row
+        row = list(row)
+        dev, lat, inv, share, received = self.device, self.latency, self.inv_bw, self.share, self.received
+        for p, b in self.inputs[i]:
+            d = dev[p]
+            if d < 0:
+                continue  # not placed yet (MP-DPS trying a unit): charged when it is
+            for k in range(self.m):
+                if k != d and share[d][k] > 0 and (p, k) not in received:
+                    row[k] += share[d][k] * (lat[d][k] + b * inv[d][k])
+        return row
 
     def ready_times(self, i: int, devices) -> list[float]:
         """:meth:`ready_time` of op ``i`` on each of ``devices``.
@@ -427,11 +467,18 @@ class PlacementState:
 
     def earliest_start(self, i: int, k: int, insertion: bool = True) -> float:
         """Earliest start of op ``i`` on device ``k`` given its inputs and the device's gaps."""
-        return self.timelines[k].earliest_start(self.ready_time(i, k), self.et_rows[i][k], insertion)
+        return self.timelines[k].earliest_start(self.ready_time(i, k), self.duration_row(i)[k],
+                                                insertion)
 
     def place(self, i: int, k: int, start: float):
         """Put op ``i`` on device ``k`` from ``start``; reserve its memory."""
-        f = start + self.et_rows[i][k]
+        duration = self.duration_row(i)[k]
+        f = start + duration
+        if self.charged:
+            receiving = duration - self.et_rows[i][k]
+            for p, _ in self.inputs[i]:
+                if self.device[p] != k and (p, k) not in self.received:
+                    self.received[(p, k)] = start + receiving
         self.device[i] = k
         self.start[i] = start
         self.finish[i] = f
@@ -493,10 +540,10 @@ def list_schedule(state: PlacementState, priority, insertion: bool = True,
     key = np.asarray(priority, dtype=np.float64).tolist()
     ready = [(key[i], i) for i in range(graph.num_ops) if waiting[i] == 0]
     heapq.heapify(ready)
-    rows, timelines = state.et_rows, state.timelines
+    timelines = state.timelines
     while ready:
         _, i = heapq.heappop(ready)
-        row = rows[i]
+        row = state.duration_row(i)
         devices = state.candidates(i)
         # An op cannot start before its inputs arrive, nor finish before that plus
         # its run time: visit devices by that bound and stop once it cannot win.

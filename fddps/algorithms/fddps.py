@@ -164,7 +164,7 @@ class FDDPS(Scheduler):
         devices are visited by that bound and the search stops once the bound
         cannot beat the best admitted device.
         """
-        row = state.et_rows[i]
+        row = state.duration_row(i)
         devices = state.candidates(i)
         readies = state.ready_times(i, devices)
         timelines, insertion = state.timelines, self.insertion

@@ -70,7 +70,7 @@ def earliest_finish_device(state: PlacementState, i: int, insertion: bool = True
     InfeasibleError
         If no device has room for the op.
     """
-    row = state.et_rows[i]
+    row = state.duration_row(i)
     timelines = state.timelines
     best_f, best_k, best_s = float("inf"), -1, 0.0
     for k in state.candidates(i):

@@ -369,7 +369,7 @@ class MPDPS(Scheduler):
 
     def _best_device_op(self, state, i, oct_row):
         """Device and start minimising ``EFT + OCT`` for a single op (insertion allowed)."""
-        row = state.et_rows[i]
+        row = state.duration_row(i)
         best = None
         for k in state.candidates(i):
             s = state.timelines[k].earliest_start(state.ready_time(i, k), row[k], self.insertion)
@@ -387,7 +387,7 @@ class MPDPS(Scheduler):
         best = None
         if len(ops) == 1:
             i = ops[0]
-            row = state.et_rows[i]
+            row = state.duration_row(i)
             for k in devs:
                 s = state.timelines[k].earliest_start(state.ready_time(i, k), row[k], self.insertion)
                 f = s + row[k]
@@ -435,7 +435,7 @@ class MPDPS(Scheduler):
                     a = fin[p] if d == k else fin[p] + lat[d][k] + b * inv[d][k]
                 if a > t:
                     t = a
-            dur = state.et_rows[i][k]
+            dur = state.duration_row(i)[k]
             while True:
                 s = timeline.earliest_start(t, dur, self.insertion)
                 # No start before the end of a member it would overlap can work:
