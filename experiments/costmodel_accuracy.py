@@ -30,12 +30,14 @@ B. **Links.** Two ``local_cluster`` tasks (one core each): transfers of 4 B to
 
 C. **Placed graphs on the 2-worker cluster.** Per model at batch ``b1``: profile
    the step on task 0 alone, fit a cost model (that profile + part B's links +
-   the one-core CPU preset), place the graph on both tasks with FD-DPS and on
-   task 0 alone, run both placed graphs step by step in turns (so both see the
+   the one-core CPU preset), place the graph on both tasks (FD-DPS, and FD-DPS
+   without its single-device guard so that the graph really is spread) and on
+   task 0 alone, run the placed graphs step by step in turns (so all see the
    same load from other processes), and compare each predicted step (the FIFO
    replay of the placement under the cost model, plus the step overhead of the
    one-task profile) with the measured median step, and the predicted with the
-   measured speed-up.
+   measured speed-up. The prediction with contention-free links is printed
+   beside it.
 
 Usage::
 
@@ -215,22 +217,31 @@ def part_b(cluster, repeats):
     return df, fit
 
 
-def part_c(cluster, transfers, models, batch, image_size, steps, rounds, algorithm="fddps"):
+def part_c(cluster, transfers, models, batch, image_size, steps, rounds,
+           algorithms=("fddps", "fddps:single_device_guard=False")):
     """Predicted vs measured step of graphs placed on the 2 tasks.
 
     Round 0 profiles the step on task 0 alone and places the graph with a model
-    fitted to it. Every round then profiles task 0 again and runs the
-    one-task and the two-task placements step by step in turns, so that the
-    profile and the measured steps see the same load. The prediction is the
-    FIFO replay (``fddps.simulate``, the order TensorFlow's executor follows) of
-    each placement under the model fitted to all rounds' profiles, plus the
-    profile's step overhead (median step minus the sum of its op times).
+    fitted to it, once per algorithm. Every round then profiles task 0 again and
+    runs the one-task and every two-task placement step by step in turns, so
+    that the profile and the measured steps see the same load. The prediction
+    is the FIFO replay (``fddps.simulate``, the order TensorFlow's executor
+    follows) of each placement under the model fitted to all rounds' profiles,
+    plus the profile's step overhead (median step minus the sum of its op
+    times). It is made twice: as the model has it, with the two CPU tasks
+    spending each transfer's time themselves (``Cluster.transfer_compute = 1``),
+    and with contention-free links (``transfer_compute = 0``, how the
+    scheduling literature models links), to show what that part of the model is
+    worth. The default algorithms are FD-DPS, which may keep everything on one
+    task when transfers cost more than they save, and FD-DPS without that
+    guard, so that a placement really spread over both tasks is measured.
     """
     import tensorflow as tf
 
     import costmodel
     import fddps
     import slim_models
+    from fddps.algorithms import parse_algorithm
     from fddps.tf import op_table, place, read_graph_def
     from fddps.tf.profiling import profile
 
@@ -262,52 +273,64 @@ def part_c(cluster, transfers, models, batch, image_size, steps, rounds, algorit
 
         profiles = [profile_task0()]
         _, cm0 = fit(profiles)
+        placements = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", costmodel.ProfileCoverageWarning)
-            placed = place(m.graph_def, cluster.devices, cost_model=cm0, algorithm=algorithm,
-                           fetches=[fetch])
-        t_single, t_placed = [], []
+            for spec in algorithms:
+                algo, options = parse_algorithm(spec)
+                placements[spec] = place(m.graph_def, cluster.devices, cost_model=cm0,
+                                         algorithm=algo, fetches=[fetch], **options)
+        t_single, t_placed = [], {spec: [] for spec in algorithms}
         for r in range(rounds):
             if r:
                 profiles.append(profile_task0())
-            a, b = _step_times([one.graph_def, placed.graph_def], fetch, m.init_op.name,
-                               cluster.target, steps)
-            t_single += a
-            t_placed += b
+            times = _step_times([one.graph_def] + [p.graph_def for p in placements.values()],
+                                fetch, m.init_op.name, cluster.target, steps)
+            t_single += times[0]
+            for spec, t in zip(algorithms, times[1:]):
+                t_placed[spec] += t
         merged, cm = fit(profiles)
         print(f"\n[{name} on task 0, {rounds} rounds] " + merged.report())
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", costmodel.ProfileCoverageWarning)
-            graph, _ = read_graph_def(m.graph_def, cm, placed.cluster, fetches=[fetch])
-        # The devices TensorFlow was told to use, read back from the placed GraphDef.
-        names = list(placed.cluster.names)
-        written = placed.devices
-        dev_of = np.array([placed.cluster.device_index(written[n]) for n in graph.names])
-        replay2 = fddps.simulate(graph, placed.cluster, [names[k] for k in dev_of]).makespan
-        replay1 = fddps.simulate(graph, placed.cluster, [names[0]] * graph.num_ops).makespan
         overhead = merged.step_overhead_seconds
-        per_dev = np.bincount(dev_of, minlength=len(names))
-        pred = replay2 + overhead
-        pred1 = replay1 + overhead
-        meas, meas1 = float(np.median(t_placed)), float(np.median(t_single))
-        cross = dev_of[graph.src] != dev_of[graph.dst]
-        rows.append({"model": name, "batch": batch, "algorithm": algorithm,
-                     "pred_step": pred, "meas_step": meas, "step_rel": float(_rel(pred, meas)),
-                     "pred_single": pred1, "meas_single": meas1,
-                     "single_rel": float(_rel(pred1, meas1)),
-                     "pred_speedup": pred1 / pred, "meas_speedup": meas1 / meas,
-                     "schedule_makespan": placed.makespan,
-                     "ops_per_device": per_dev.tolist(), "cross_edges": int(cross.sum()),
-                     "cross_bytes": float(graph.bytes[cross].sum()),
-                     "step_overhead_ms": overhead * 1e3, "replay_two_tasks": replay2,
-                     "replay_one_task": replay1, "measured_placed": t_placed,
-                     "measured_single": t_single, "seconds": time.perf_counter() - t0})
-        print(f"[{name}] {algorithm} on 2 tasks ({per_dev.tolist()} ops, {int(cross.sum())} edges "
-              f"across, {graph.bytes[cross].sum() / 1e6:.1f} MB): predicted {pred * 1e3:.1f} ms, "
-              f"measured median {meas * 1e3:.1f} ms over {len(t_placed)} steps ({_rel(pred, meas):.1%}); "
-              f"one task: predicted {pred1 * 1e3:.1f} ms, measured {meas1 * 1e3:.1f} ms "
-              f"({_rel(pred1, meas1):.1%}); speed-up predicted {pred1 / pred:.2f}, measured "
-              f"{meas1 / meas:.2f}")
+        meas1 = float(np.median(t_single))
+        for spec, placed in placements.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", costmodel.ProfileCoverageWarning)
+                graph, _ = read_graph_def(m.graph_def, cm, placed.cluster, fetches=[fetch])
+            # The devices TensorFlow was told to use, read back from the placed GraphDef.
+            c = placed.cluster
+            names = list(c.names)
+            dev_of = np.array([c.device_index(placed.devices[n]) for n in graph.names])
+            free = fddps.Cluster(c.devices, bandwidth=c.bandwidth, latency=c.latency)
+            replay2 = fddps.simulate(graph, c, [names[k] for k in dev_of])
+            replay2_free = fddps.simulate(graph, free, [names[k] for k in dev_of]).makespan
+            replay1 = fddps.simulate(graph, c, [names[0]] * graph.num_ops).makespan
+            per_dev = np.bincount(dev_of, minlength=len(names))
+            pred, pred_free, pred1 = (replay2.makespan + overhead, replay2_free + overhead,
+                                      replay1 + overhead)
+            meas = float(np.median(t_placed[spec]))
+            cross = dev_of[graph.src] != dev_of[graph.dst]
+            tensors = int(replay2.transfers["tensors"].sum()) if len(replay2.transfers) else 0
+            rows.append({"model": name, "batch": batch, "algorithm": spec,
+                         "pred_step": pred, "meas_step": meas, "step_rel": float(_rel(pred, meas)),
+                         "pred_step_contention_free": pred_free,
+                         "step_rel_contention_free": float(_rel(pred_free, meas)),
+                         "pred_single": pred1, "meas_single": meas1,
+                         "single_rel": float(_rel(pred1, meas1)),
+                         "pred_speedup": pred1 / pred, "meas_speedup": meas1 / meas,
+                         "schedule_makespan": placed.makespan,
+                         "ops_per_device": per_dev.tolist(), "cross_edges": int(cross.sum()),
+                         "tensors_sent": tensors, "cross_bytes": float(graph.bytes[cross].sum()),
+                         "step_overhead_ms": overhead * 1e3, "replay_two_tasks": replay2.makespan,
+                         "replay_one_task": replay1, "measured_placed": t_placed[spec],
+                         "measured_single": t_single, "seconds": time.perf_counter() - t0})
+            print(f"[{name}] {spec} on 2 tasks ({per_dev.tolist()} ops, {tensors} tensors sent, "
+                  f"{graph.bytes[cross].sum() / 1e6:.1f} MB): predicted {pred * 1e3:.1f} ms "
+                  f"(contention-free links: {pred_free * 1e3:.1f} ms), measured median "
+                  f"{meas * 1e3:.1f} ms over {len(t_placed[spec])} steps ({_rel(pred, meas):.1%}); "
+                  f"one task: predicted {pred1 * 1e3:.1f} ms, measured {meas1 * 1e3:.1f} ms "
+                  f"({_rel(pred1, meas1):.1%}); speed-up predicted {pred1 / pred:.2f}, measured "
+                  f"{meas1 / meas:.2f}")
     return rows
 
 
@@ -323,6 +346,9 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=10, help="transfers per size and link (part B)")
     ap.add_argument("--cluster-steps", type=int, default=3,
                     help="profiled and measured steps per round (part C)")
+    ap.add_argument("--algorithms", nargs="+",
+                    default=["fddps", "fddps:single_device_guard=False"],
+                    help="placements measured in part C (name:key=value,...)")
     ap.add_argument("--out", help="write all results as JSON here")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
@@ -341,7 +367,8 @@ def main(argv=None):
             results["links"] = fit.links_.to_dict(orient="records")
             if "C" in args.parts:
                 results["cluster"] = part_c(cluster, transfers, args.models, args.b1,
-                                            args.image_size, args.cluster_steps, args.rounds)
+                                            args.image_size, args.cluster_steps, args.rounds,
+                                            args.algorithms)
     print("\n=== summary ===")
     if "single_device" in results:
         df = pd.DataFrame(results["single_device"])
@@ -361,7 +388,8 @@ def main(argv=None):
     if "cluster" in results:
         print("C. placed on 2 local_cluster tasks (target within 15%):")
         print(pd.DataFrame(results["cluster"])[["model", "algorithm", "pred_step", "meas_step",
-                                                "step_rel", "pred_single", "meas_single",
+                                                "step_rel", "step_rel_contention_free",
+                                                "pred_single", "meas_single",
                                                 "single_rel", "pred_speedup", "meas_speedup"]]
               .round(4).to_string(index=False))
     print(f"total {time.perf_counter() - t_start:.0f} s")
