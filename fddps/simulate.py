@@ -238,20 +238,46 @@ def _replay_flow(graph, cluster, device, order, exec_time=None):
     return start, finish, flow
 
 
-def fifo_order(graph, cluster, device, exec_time=None):
-    """Per-device order a first-in-first-out executor would follow.
+#: Executor models :func:`executor_order` knows.
+EXECUTOR_POLICIES = ("fifo", "tensorflow")
 
-    Whenever a device is free it takes, among its ops whose inputs have
-    arrived, the one earliest in the graph's topological order; if none has
-    arrived, the next to arrive. Sends and receives of compute-charged
-    transfers (module docstring) go first whenever they are ready. An event simulation: each op waits in its
-    device's heap of pending ops (by arrival), then of available ops (by
-    topological rank), so the cost is ``O((n + e) log n)``.
+
+def fifo_order(graph, cluster, device, exec_time=None):
+    """:func:`executor_order` with the ``"fifo"`` policy."""
+    return executor_order(graph, cluster, device, exec_time, policy="fifo")
+
+
+def executor_order(graph, cluster, device, exec_time=None, policy="fifo"):
+    """Per-device order an executor that runs ready ops as they come would follow.
+
+    Whenever a device is free it takes one of its ops whose inputs have
+    arrived (if none has, the next to arrive), chosen by ``policy``:
+
+    - ``"fifo"``: the one earliest in the graph's topological order.
+    - ``"tensorflow"``: as TensorFlow's executor with one inter-op thread
+      does (``executor.cc``'s ``ScheduleReady`` and Eigen's thread pool): an op
+      made ready by an op that just finished on the device runs next, the most
+      recently readied first (depth first: successors run inline or go to the
+      front of the thread's queue); an op made ready by a tensor arriving from
+      another device is queued at the back by the receive callback, behind all
+      local work, first come first served.
+
+    Sends and receives of compute-charged transfers (module docstring) go first
+    whenever they are ready. An event simulation: each op waits in its
+    device's heap of pending ops (by arrival), then of available ops (by the
+    policy's key), so the cost is ``O((n + e) log n)``.
 
     Returns
     -------
     list of arrays of int, one per device.
+
+    Raises
+    ------
+    ValueError
+        For an unknown policy.
     """
+    if policy not in EXECUTOR_POLICIES:
+        raise ValueError(f"unknown executor policy {policy!r}; known: {', '.join(EXECUTOR_POLICIES)}")
     n, m = graph.num_ops, cluster.num_devices
     et = graph.exec_times(cluster) if exec_time is None else exec_time
     device = np.asarray(device, dtype=np.int64)
@@ -263,13 +289,23 @@ def fifo_order(graph, cluster, device, exec_time=None):
     rank = np.full(total, -1, dtype=np.int64)
     rank[graph.topo] = np.arange(n)
     rank = rank.tolist()
+    depth_first = policy == "tensorflow"
+    local = [True] * total   # whether the input that came last was made on the device
     indeg = flow.indeg.tolist()
     ready = [0.0] * total
     free = [0.0] * m
     succ_ptr, succ_idx = flow.succ_ptr.tolist(), flow.succ_idx.tolist()
     delay = flow.succ_delay.tolist()
     pending = [[] for _ in range(m)]    # (arrival, rank, task): inputs not all there yet
-    available = [[] for _ in range(m)]  # (rank, task): inputs there, waiting for the device
+    available = [[] for _ in range(m)]  # (key, task): inputs there, waiting for the device
+    readied = 0                         # counter, for the depth-first policy
+
+    def key(i, r):
+        if r < 0 or not depth_first:
+            return (r,)  # transfers first; then topological order
+        # Readied locally: last readied first. By a remote tensor: at the back, in turn.
+        return (1, -readied) if local[i] else (2, readied)
+
     events = []                         # (time, device): the device may start something
     for i in range(total):
         if indeg[i] == 0:
@@ -285,7 +321,8 @@ def fifo_order(graph, cluster, device, exec_time=None):
         waiting, avail = pending[d], available[d]
         while waiting and waiting[0][0] <= t:
             _, r, i = heapq.heappop(waiting)
-            heapq.heappush(avail, (r, i))
+            readied += 1
+            heapq.heappush(avail, (key(i, r), i))
         if not avail:
             if waiting:
                 heapq.heappush(events, (waiting[0][0], d))
@@ -299,8 +336,9 @@ def fifo_order(graph, cluster, device, exec_time=None):
         for p in range(succ_ptr[i], succ_ptr[i + 1]):
             j = succ_idx[p]
             a = f + delay[p]
-            if a > ready[j]:
+            if a >= ready[j]:
                 ready[j] = a
+                local[j] = dev[j] == d and i < n
             indeg[j] -= 1
             if indeg[j] == 0:
                 dj = dev[j]
@@ -369,7 +407,7 @@ def peak_memory(graph, cluster, device, start, finish, comm=None):
     return peak
 
 
-def simulate(graph, cluster, placement, order=None):
+def simulate(graph, cluster, placement, order=None, policy="fifo"):
     """Replay ``placement`` (and ``order``, if given) and return the step's timeline.
 
     Parameters
@@ -379,8 +417,10 @@ def simulate(graph, cluster, placement, order=None):
     placement : mapping of op name -> device name, or sequence of device names/indices
     order : sequence of sequences, optional
         Per device (in cluster order), the ops it runs, first to last, by op
-        name or index. Without it, each device runs ready ops first-in-first-out
-        (see :func:`fifo_order`).
+        name or index. Without it, each device runs its ops as an executor
+        would (:func:`executor_order`).
+    policy : ``"fifo"`` or ``"tensorflow"``
+        That executor's choice among ready ops (:func:`executor_order`).
 
     Returns
     -------
@@ -411,7 +451,7 @@ def simulate(graph, cluster, placement, order=None):
         raise InvalidScheduleError(f"op {graph.names[bad]!r} cannot run on device "
                                    f"{cluster.names[device[bad]]!r} (no cost for its type)")
     if order is None:
-        order = fifo_order(graph, cluster, device, et)
+        order = executor_order(graph, cluster, device, et, policy)
     else:
         order = [np.asarray([graph.index[o] if o in graph.index else int(o) for o in seq],
                             dtype=np.int64) for seq in order]

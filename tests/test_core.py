@@ -271,6 +271,33 @@ def test_schedulers_charge_remote_inputs_to_the_receiving_device_once():
     assert free.ready_time(1, 1) == 3.0 and free.duration_row(1) == [1.0, 1.0]
 
 
+def test_tensorflow_executor_policy_runs_depth_first_and_remote_inputs_last():
+    from fddps.simulate import executor_order
+
+    # Device 1 runs q1 -> q2 -> q3 while r's input arrives from device 0 at t = 1.5.
+    g = OpGraph(["p", "q1", "r", "q2", "q3"], [0.5, 1.0, 1.0, 1.0, 1.0],
+                [("p", "r", 0), ("q1", "q2", 0), ("q2", "q3", 0)])
+    c = Cluster.homogeneous(2, latency=1.0)
+    device = np.array([0, 1, 1, 1, 1])
+    names = lambda seq: [g.names[i] for i in seq]  # noqa: E731
+    fifo = executor_order(g, c, device, policy="fifo")
+    tf = executor_order(g, c, device, policy="tensorflow")
+    assert names(fifo[1]) == ["q1", "q2", "r", "q3"]      # r, there at 1.5, is before q3 in topological order
+    assert names(tf[1]) == ["q1", "q2", "q3", "r"]        # the receive callback queues r last
+    # Depth first: what b readies runs right after b, before b's sibling c (or c's
+    # chain runs first, whichever of them went first).
+    fork = OpGraph(["a", "b", "c", "d", "e"], [1.0] * 5,
+                   [("a", "b"), ("a", "c"), ("b", "d"), ("c", "e")])
+    got = [fork.names[i] for i in executor_order(fork, Cluster.homogeneous(1), [0] * 5,
+                                                 policy="tensorflow")[0]]
+    assert got in (["a", "b", "d", "c", "e"], ["a", "c", "e", "b", "d"])
+    fifo = executor_order(fork, Cluster.homogeneous(1), [0] * 5)[0]
+    assert fifo.tolist() == fork.topo.tolist()
+    assert fddps.simulate(g, c, device, policy="tensorflow").makespan == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="unknown executor policy 'lifo'"):
+        executor_order(g, c, device, policy="lifo")
+
+
 def test_fifo_simulation_runs_ready_ops_first_in_topological_order():
     g = OpGraph(["a", "b", "c"], [1.0, 2.0, 3.0], [("a", "c")])
     t = fddps.simulate(g, Cluster.homogeneous(1), ["0", "0", "0"])
