@@ -202,6 +202,30 @@ def test_real_cluster_smoke(tmp_path, capsys):
     assert "profiled on worker 0" in text and "measured" in text
 
 
+def test_costmodel_accuracy_smoke(tmp_path, capsys):
+    """All three parts on ResNet-50 at batch 2 -> 4, one step each (about 50 s)."""
+    pytest.importorskip("tensorflow")
+    import json
+
+    from experiments import costmodel_accuracy
+
+    out = tmp_path / "acc.json"
+    res = costmodel_accuracy.main(["--models", "resnet50", "--b1", "2", "--b2", "4", "--steps", "1",
+                                   "--rounds", "1", "--repeats", "1", "--cluster-steps", "1",
+                                   "--algorithms", "fddps:improve=False", "--out", str(out)])
+    text = capsys.readouterr().out
+    a = res["single_device"][0]
+    assert a["timed"] > 1000 and 0 < a["coverage"] <= 1
+    for key in ("heldout_median_rel", "cross_median_rel", "step_rel_b2"):
+        assert np.isfinite(a[key]) and a[key] >= 0
+    assert len(res["links"]) == 2 and all(link["bandwidth"] > 0 for link in res["links"])
+    c = res["cluster"][0]
+    assert c["algorithm"] == "fddps:improve=False" and c["meas_step"] > 0 and c["pred_step"] > 0
+    assert c["pred_step_contention_free"] > 0 and c["pred_step_tf_policy"] > 0
+    assert json.loads(out.read_text())["args"]["b2"] == 4
+    assert "=== summary ===" in text and "C. placed on 2 local_cluster tasks" in text
+
+
 def test_data_parallel_module_has_the_formula_source():
     doc = data_parallel.__doc__
     assert "Patarasuk" in doc and "Horovod" in doc
