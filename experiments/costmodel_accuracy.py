@@ -206,8 +206,17 @@ def part_b(cluster, repeats):
     import costmodel
     from fddps.tf.comm_bench import measure_transfers, summarize
 
-    df = measure_transfers(cluster.devices, repeats=repeats, target=cluster.target)
+    df = measure_transfers(cluster.devices, repeats=repeats, target=cluster.target,
+                           cpu_pids=cluster.pids if os.path.isdir("/proc/self") else None)
     fit = costmodel.LinkModel().fit(df)
+    if "cpu_seconds" in df.columns:
+        # What fddps.Cluster.transfer_compute stands for: CPU time both tasks
+        # spend per second of transfer (summed: the counters tick every 10 ms).
+        sums = df.groupby(["src", "dst"])[["cpu_seconds", "seconds"]].sum()
+        share = sums["cpu_seconds"] / sums["seconds"]
+        fit.links_["cpu_per_transfer_second"] = share.to_numpy()
+        print("\n[links] CPU seconds the two tasks spend per second of transfer: "
+              + ", ".join(f"{v:.2f}" for v in share))
     print("\n[links] median transfer time per size (s) and effective bandwidth:")
     print(summarize(df).assign(src=lambda d: d.src.str.extract(r"task:(\d)")[0],
                                dst=lambda d: d.dst.str.extract(r"task:(\d)")[0]).to_string(index=False))

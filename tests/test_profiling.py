@@ -142,9 +142,12 @@ def test_transfers_between_two_devices_of_one_process_are_fitted():
 def test_transfers_between_local_cluster_tasks_grow_with_size():
     with local_cluster(2) as c:
         df = measure_transfers(c.devices, sizes=[4, 16 << 20], repeats=3, warmup=1,
-                               target=c.target, progress=False)
+                               target=c.target, progress=False, cpu_pids=c.pids)
     med = df.groupby("bytes")["seconds"].median()
     assert med[16 << 20] > med[4] + 1e-3     # 16 MB over gRPC takes milliseconds
+    # The two tasks spend CPU time on moving 16 MB (counted in 10 ms ticks).
+    big = df[df["bytes"] == 16 << 20]
+    assert big["cpu_seconds"].sum() > 0.2 * big["seconds"].sum()
     fit = costmodel.LinkModel().fit(df).links_
     assert (fit["bandwidth"] < 1e11).all()
 

@@ -25,6 +25,7 @@ Example
 from __future__ import annotations
 
 import itertools
+import os
 import time
 
 import numpy as np
@@ -41,9 +42,19 @@ from .graphdef import _tf
 DEFAULT_SIZES = (4, 64, 1024, 16384, 262144, 1 << 20, 4 << 20, 8 << 20, 16 << 20, 24 << 20)
 
 
+def _cpu_seconds(pids) -> float:
+    """User + system CPU seconds the processes ``pids`` have used (Linux ``/proc``)."""
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def measure_transfers(devices, sizes=DEFAULT_SIZES, *, repeats: int = 10, warmup: int = 2,
                       pairs=None, target: str = "", session_config=None,
-                      progress: bool = True) -> pd.DataFrame:
+                      progress: bool = True, cpu_pids=None) -> pd.DataFrame:
     """Time transfers of each size between each ordered pair of ``devices``.
 
     Parameters
@@ -62,13 +73,21 @@ def measure_transfers(devices, sizes=DEFAULT_SIZES, *, repeats: int = 10, warmup
         E.g. ``ConfigProto(device_count={"CPU": 2})`` for two local CPU devices.
     progress : bool
         Show a tqdm progress bar.
+    cpu_pids : sequence of int, optional
+        Processes whose CPU time to count (the ``local_cluster`` workers'
+        ``pids``; Linux only): adds ``cpu_seconds``, the CPU time they spent
+        in the transfer step minus the reference step. It comes in clock ticks
+        (10 ms), so only sums over many transfers mean something:
+        ``sum(cpu_seconds) / sum(seconds)`` is the share of a transfer's time
+        the devices spend on it (``fddps.Cluster.transfer_compute``).
 
     Returns
     -------
     pandas.DataFrame
         One row per measured transfer: ``src``, ``dst``, ``bytes``, ``repeat``,
         ``seconds`` (transfer step minus reference step; may be slightly
-        negative for tiny sizes, from noise), ``step_seconds``, ``reference_seconds``.
+        negative for tiny sizes, from noise), ``step_seconds``, ``reference_seconds``
+        (and ``cpu_seconds`` with ``cpu_pids``).
 
     Raises
     ------
@@ -121,22 +140,27 @@ def measure_transfers(devices, sizes=DEFAULT_SIZES, *, repeats: int = 10, warmup
                 # process then hits all sizes alike instead of biasing a few.
                 for k in rng.permutation(len(steps)):
                     src, dst, nbytes, moved, reference = steps[k]
+                    c0 = _cpu_seconds(cpu_pids) if cpu_pids else 0.0
                     t0 = time.perf_counter()
                     sess.run(moved)
                     t1 = time.perf_counter()
+                    c1 = _cpu_seconds(cpu_pids) if cpu_pids else 0.0
                     sess.run(reference)
                     t2 = time.perf_counter()
+                    c2 = _cpu_seconds(cpu_pids) if cpu_pids else 0.0
                     bar.update()
                     if r >= 0:
-                        rows.append((src, dst, nbytes, r, (t1 - t0) - (t2 - t1), t1 - t0, t2 - t1))
+                        rows.append((src, dst, nbytes, r, (t1 - t0) - (t2 - t1), t1 - t0, t2 - t1,
+                                     (c1 - c0) - (c2 - c1)))
     except (tf.errors.OpError, ValueError) as e:
         msg = getattr(e, "message", str(e)).splitlines()[0]
         raise FddpsError(f"measuring transfers between {pairs[0][0]!r} and {pairs[0][1]!r}... "
                          f"failed: {msg}") from None
     finally:
         bar.close()
-    return pd.DataFrame(rows, columns=["src", "dst", "bytes", "repeat", "seconds", "step_seconds",
-                                       "reference_seconds"])
+    df = pd.DataFrame(rows, columns=["src", "dst", "bytes", "repeat", "seconds", "step_seconds",
+                                     "reference_seconds", "cpu_seconds"])
+    return df if cpu_pids else df.drop(columns="cpu_seconds")
 
 
 def fit_links(transfers: pd.DataFrame):
