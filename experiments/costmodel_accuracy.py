@@ -42,7 +42,7 @@ C. **Placed graphs on the 2-worker cluster.** Per model at batch ``b1``: profile
 
 Usage::
 
-    python -m experiments.costmodel_accuracy                 # all parts (~15-25 min on 2 busy cores)
+    python -m experiments.costmodel_accuracy                 # all parts (~6 min on 2 cores)
     python -m experiments.costmodel_accuracy --parts A --models resnet50 --steps 3
     python -m experiments.costmodel_accuracy --out /tmp/costmodel_accuracy.json
 """

@@ -52,6 +52,11 @@ the paper's order of preference:
    lowest-priority work"; we read this as DCP does: the device where ``o``
    finishes earliest, which lengthens the critical path least.
 
+On links whose devices move tensors themselves (``Cluster.transfer_compute``,
+CPU tasks over gRPC), an op's time on a device includes receiving the inputs
+not yet there (:meth:`PlacementState.duration_row`), so spreading small ops
+over such devices costs what it costs them.
+
 Then (our addition, not the paper's) forward-backward passes refine the list
 schedule (:mod:`fddps.algorithms.justify`); ``improve=False`` turns them off.
 Finally, if running everything on the best single device is faster than the
