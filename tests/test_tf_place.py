@@ -362,6 +362,16 @@ def test_placement_reports(cnn_graph, tmp_path):
     for name in p.cluster.names:
         assert name in text
     assert "predicted step time" in text
+    # The step in the order TensorFlow picks, simulated; the schedule's own order
+    # when it is enforced.
+    order = [[p.schedule.graph.names[i] for i in seq] for seq in p.schedule.order]
+    assert p.executor_makespan > 0
+    assert p.executor_makespan == pytest.approx(
+        fddps.simulate(p.schedule.graph, p.cluster, p.schedule.device).makespan)
+    assert fddps.simulate(p.schedule.graph, p.cluster, p.schedule.device,
+                          order).makespan == pytest.approx(p.makespan)
+    ordered = place(cnn_graph.graph_def, CPUS, fetches=["train", "loss"], enforce_order=True)
+    assert ordered.executor_makespan == ordered.makespan
     df = p.to_dataframe()
     assert len(df) == p.info["ops"] and {"op", "device", "start", "flops", "colocation_group"} <= set(df)
     assert df["start"].is_monotonic_increasing

@@ -38,7 +38,7 @@ import pandas as pd
 from ..cluster import Cluster
 from ..errors import ClusterError, FddpsError, GraphError, InfeasibleError
 from ..graph import OpGraph
-from ..simulate import peak_memory
+from ..simulate import peak_memory, simulate
 from .devices import check_cluster, device_matches, make_cluster
 from .graphdef import (CONTROL_FLOW_OPS, MERGE_OPS, SWITCH_OPS, GraphAnalysis, _parse_input,
                        _tf, analyse)
@@ -501,7 +501,12 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     out = _write_devices(analysis, [cluster.names[k] for k in device.tolist()], decisions,
                          split_device)
     order_edges = _add_order_edges(out, analysis, keep, schedule) if enforce_order else 0
+    # Without order edges TensorFlow's executor picks the order on each device:
+    # predict that step too (a first-in-first-out executor), which may be slower.
+    executor = (schedule.makespan if enforce_order else
+                float(simulate(split_graph, cluster, schedule.device).makespan))
     info.update(order_edges_added=order_edges, read_seconds=t_read - t0,
+                executor_makespan=executor,
                 place_seconds=time.perf_counter() - t0, algorithm=algorithm,
                 cost_model=repr(cost_model), splits=len(decisions),
                 split_nodes_added=len(out.node) - len(analysis.graph_def.node))
@@ -539,8 +544,15 @@ class Placement:
 
     @property
     def makespan(self) -> float:
-        """Predicted seconds of one step."""
+        """Predicted seconds of one step in the scheduled order."""
         return self.schedule.makespan
+
+    @property
+    def executor_makespan(self) -> float:
+        """Predicted seconds of one step when TensorFlow orders each device's ops
+        itself (:func:`fddps.simulate` with a first-in-first-out executor); the
+        scheduled :attr:`makespan` when ``enforce_order=True`` fixed the order."""
+        return float(self.info.get("executor_makespan", self.schedule.makespan))
 
     @property
     def splits(self) -> pd.DataFrame:
@@ -608,6 +620,15 @@ class Placement:
             + (f"; best single device {best_single * scale:.4g} {unit} "
                f"(speedup {best_single / s.makespan:.2f}x)"
                if s.makespan > 0 and np.isfinite(best_single) else ""),
+        ]
+        executor = self.executor_makespan
+        if executor > s.makespan * 1.01:
+            lines.append(
+                f"in the order TensorFlow picks itself (FIFO executor model) "
+                f"{executor * scale:.4g} {unit}"
+                + (", slower than the best single device" if executor > best_single else "")
+                + "; enforce_order=True makes it follow the scheduled order")
+        lines += [
             f"{'device':<48} {'ops':>6} {'busy ' + unit:>10} {'util':>6} {'memory MB':>10} {'capacity MB':>12}",
         ]
         for k, d in enumerate(c.devices):
