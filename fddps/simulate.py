@@ -383,25 +383,56 @@ def peak_memory(graph, cluster, device, start, finish, comm=None):
     """Highest bytes held at once on each device during a step.
 
     ``memory`` is held for the whole step; an op's ``transient`` bytes from its
-    start until its last consumer on that device finishes; a tensor received
-    from another device from its arrival until its consumer finishes.
+    start until its last consumer on that device finishes. A tensor that ops
+    of another device read is received there once (as TensorFlow's rendezvous
+    does, and as :func:`simulate` sends it): held from its arrival until the
+    last of its consumers there finishes. Its size is the largest edge from the
+    producer to that device, capped at the producer's ``transient`` bytes (a
+    copy of an output is no larger than the outputs; a graph without transient
+    bytes models no activation memory on any device).
+
+    Parameters
+    ----------
+    graph : OpGraph
+    cluster : Cluster
+    device : array of int, shape (n,)
+    start, finish : arrays of float, shape (n,)
+        Times of a replayed step (:func:`replay`, :class:`~fddps.Schedule`).
+    comm : array of float, optional
+        Transfer time per edge (default: from the cluster's links).
+
+    Returns
+    -------
+    numpy.ndarray, shape (m,)
+        Bytes per device.
     """
     m = cluster.num_devices
     peak = np.bincount(device, weights=graph.memory, minlength=m).astype(np.float64)
     comm = _edge_comm(graph, cluster, device) if comm is None else comm
+    src, dst = graph.src, graph.dst
     # End of life of each op's outputs on its own device: its consumers there.
     release = finish.copy()
-    same = device[graph.src] == device[graph.dst]
-    np.maximum.at(release, graph.src[same], finish[graph.dst[same]])
-    cross = ~same & (graph.bytes > 0)
-    t = np.concatenate([start, release, finish[graph.src[cross]] + comm[cross], finish[graph.dst[cross]]])
-    dev = np.concatenate([device, device, device[graph.dst[cross]], device[graph.dst[cross]]])
-    b = np.concatenate([graph.transient, -graph.transient, graph.bytes[cross], -graph.bytes[cross]])
+    same = device[src] == device[dst]
+    np.maximum.at(release, src[same], finish[dst[same]])
+    # One received copy per (producer, receiving device).
+    nbytes = np.minimum(graph.bytes, graph.transient[src])
+    cross = np.flatnonzero(~same & (nbytes > 0))
+    keys, inverse = np.unique(src[cross] * m + device[dst[cross]], return_inverse=True)
+    size = np.zeros(keys.size)
+    np.maximum.at(size, inverse, nbytes[cross])
+    arrive = np.full(keys.size, np.inf)
+    np.minimum.at(arrive, inverse, finish[src[cross]] + comm[cross])
+    leave = np.full(keys.size, -np.inf)
+    np.maximum.at(leave, inverse, finish[dst[cross]])
+    t = np.concatenate([start, release, arrive, leave])
+    dev = np.concatenate([device, device, keys % m, keys % m])
+    b = np.concatenate([graph.transient, -graph.transient, size, -size])
     # Frees before allocations at the same instant.
     keys = np.lexsort((b, t, dev))
     dev, b = dev[keys], b[keys]
+    bounds = np.searchsorted(dev, np.arange(m + 1))
     for k in range(m):
-        sel = b[dev == k]
+        sel = b[bounds[k]:bounds[k + 1]]
         if sel.size:
             peak[k] += max(0.0, float(np.max(np.cumsum(sel))))
     return peak
