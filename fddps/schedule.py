@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InvalidScheduleError
-from .simulate import _edge_comm, replay
+from .simulate import _edge_comm, peak_memory, replay
 
 #: Relative tolerance of :meth:`Schedule.validate` on times.
 TIME_RTOL = 1e-9
@@ -73,8 +73,24 @@ class Schedule:
         names = self.cluster.names
         return {op: names[k] for op, k in zip(self.graph.names, self.device.tolist())}
 
+    def peak_memory(self) -> np.ndarray:
+        """Highest bytes each device holds at once during the step (the memory constraint).
+
+        Persistent bytes all step, each op's transient bytes from its start to
+        its last local consumer's finish, received copies of remote inputs
+        (:func:`fddps.simulate.peak_memory`). Array of shape ``(m,)``.
+        """
+        return peak_memory(self.graph, self.cluster, self.device, self.start, self.finish)
+
     def device_memory(self) -> np.ndarray:
-        """Bytes reserved on each device: sum of ``memory + transient`` of its ops."""
+        """Sum of ``memory + transient`` of each device's ops, in bytes.
+
+        What holding every op's memory for the whole step would take: the
+        schedulers' conservative reservation when the persistent-only one
+        overflows (:meth:`fddps.algorithms.base.Scheduler.schedule`). It bounds
+        the peak from above except for received copies; the constraint itself
+        is :meth:`peak_memory`.
+        """
         need = self.graph.memory + self.graph.transient
         return np.bincount(self.device, weights=need, minlength=self.cluster.num_devices)
 
@@ -106,7 +122,8 @@ class Schedule:
         device, the device of its colocation group); finish = start + execution
         time; no two ops overlap on a device and the order matches the start
         times; each op starts after every input has arrived (producer's finish
-        plus transfer time); no device holds more than its memory capacity.
+        plus transfer time); no device's peak memory (:meth:`peak_memory`)
+        exceeds its capacity.
 
         Raises
         ------
@@ -172,10 +189,10 @@ class Schedule:
             u, v = names[g.src[e]], names[g.dst[e]]
             raise InvalidScheduleError(f"op {v!r} starts at {self.start[g.dst[e]]!r} before its input "
                                        f"from {u!r} arrives at {arrival[e]!r}")
-        used = self.device_memory()
-        over = np.flatnonzero(used > c.memory * (1 + 1e-12))
+        peak = self.peak_memory()
+        over = np.flatnonzero(peak > c.memory * (1 + 1e-12))
         if over.size:
             k = int(over[0])
-            raise InvalidScheduleError(f"device {c.names[k]!r} holds {used[k]:.6g} bytes, over its "
-                                       f"capacity of {c.memory[k]:.6g}")
+            raise InvalidScheduleError(f"device {c.names[k]!r} holds {peak[k]:.6g} bytes at its peak, "
+                                       f"over its capacity of {c.memory[k]:.6g}")
         return self

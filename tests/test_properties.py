@@ -1,16 +1,19 @@
 """Properties every scheduling algorithm must have, on random graphs and clusters (hypothesis).
 
 Graph families: random DAGs, chains, forks, joins, in-trees and out-trees; with
-and without transfers, memory limits, colocation groups; homogeneous and
-heterogeneous (device types, speeds, links) clusters, with links whose devices
-spend each transfer's time themselves or not. Every algorithm must
-return a schedule that validates, that the simulator replays to the same
-makespan, and that no bound beats; FD-DPS must never lose to one device.
+and without transfers, persistent and transient memory, memory limits,
+colocation groups; homogeneous and heterogeneous (device types, speeds, links)
+clusters, with links whose devices spend each transfer's time themselves or
+not. Every algorithm must return a schedule that validates (its peak memory
+within every device's capacity), that the simulator replays to the same
+makespan, and that no bound beats; FD-DPS must never lose to one device. Under
+capacities too tight for that guarantee, an algorithm may refuse, but never
+returns a schedule whose peak overflows a device.
 """
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import fddps
@@ -40,8 +43,12 @@ def edge_lists(draw, n):
 
 
 @st.composite
-def problems(draw):
-    """A (graph, cluster) pair that can always be placed by a greedy algorithm."""
+def problems(draw, tight=False):
+    """A (graph, cluster) pair that can always be placed by a greedy algorithm.
+
+    With ``tight``, memory is always limited and capacities are cut to a
+    random 20-100% of that, so the problem may not fit.
+    """
     n = draw(st.integers(1, 14))
     edges = draw(edge_lists(n))
     # Mirror ids for in-trees so that every edge goes from a lower to a higher name.
@@ -58,11 +65,15 @@ def problems(draw):
     nbytes = draw(st.lists(st.floats(0, 1e6), min_size=len(edges), max_size=len(edges)))
     edge_tuples = [(names[u], names[v], b if with_transfers else 0.0) for (u, v), b in zip(edges, nbytes)]
     memory = np.array(draw(st.lists(st.integers(0, 100), min_size=n, max_size=n)), dtype=float)
+    # Outputs' bytes; a received copy counts at most its producer's transient
+    # bytes (fddps.simulate.peak_memory), so huge edge bytes stay memory-consistent.
+    transient = (np.array(draw(st.lists(st.integers(0, 100), min_size=n, max_size=n)), dtype=float)
+                 if draw(st.booleans()) else np.zeros(n))
     colocation = None
     if draw(st.booleans()) and n >= 2:
         colocation = draw(st.lists(st.sampled_from([None, None, "g1", "g2"]), min_size=n, max_size=n))
-    graph = OpGraph(names, cost, edge_tuples, memory=memory, device_types=device_types,
-                    colocation=colocation)
+    graph = OpGraph(names, cost, edge_tuples, memory=memory, transient=transient,
+                    device_types=device_types, colocation=colocation)
 
     m = draw(st.integers(1, 5))
     if heterogeneous:
@@ -71,16 +82,22 @@ def problems(draw):
         speeds = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=m, max_size=m))
     else:
         types, speeds = ["device"] * m, [1.0] * m
-    limit_memory = draw(st.booleans())
+    limit_memory = tight or draw(st.booleans())
     if limit_memory:
-        # Enough for any greedy placement: an even share plus the largest unit.
+        # Enough for any greedy placement reserving memory + transient (the
+        # schedulers' fallback): an even share plus the largest unit, plus
+        # room for received copies (at most one of each op's outputs).
+        need = memory + transient
         groups = {}
         for i in range(n):
             key = colocation[i] if colocation and colocation[i] else i
-            groups[key] = groups.get(key, 0.0) + memory[i]
-        capacity = memory.sum() / m + max(groups.values(), default=0.0)
+            groups[key] = groups.get(key, 0.0) + need[i]
+        capacity = need.sum() / m + max(groups.values(), default=0.0)
         # Colocated groups may have to share a GPU with ops that only run there.
-        capacity = max(capacity, memory.sum()) if heterogeneous else capacity
+        capacity = max(capacity, need.sum()) if heterogeneous else capacity
+        capacity += transient.sum()
+        if tight:
+            capacity *= draw(st.floats(0.2, 1.0))
     else:
         capacity = float("inf")
     devices = [Device(f"d{k}", type=types[k], speed=speeds[k], memory=capacity) for k in range(m)]
@@ -118,7 +135,23 @@ def test_every_algorithm_returns_a_valid_schedule(algorithm, problem):
     order = [[graph.names[i] for i in seq] for seq in s.order]
     replayed = fddps.simulate(graph, cluster, s.placement, order)
     assert replayed.makespan == pytest.approx(s.makespan, rel=1e-9, abs=1e-12)
-    assert (s.device_memory() <= cluster.memory * (1 + 1e-12)).all()
+    assert (replayed.peak_memory.to_numpy() <= cluster.memory * (1 + 1e-12)).all()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@SETTINGS
+@given(problems(tight=True))
+def test_no_algorithm_returns_a_schedule_over_memory(algorithm, problem):
+    graph, cluster = problem
+    try:
+        s = fddps.schedule(graph, cluster, algorithm=algorithm)
+    except fddps.InfeasibleError as err:
+        event("refused")
+        assert "bytes" in str(err)
+        return
+    event(f"placed reserving {s.info['memory_reservation']}")
+    assert (s.peak_memory() <= cluster.memory * (1 + 1e-12)).all()
+    s.validate()
 
 
 @SETTINGS

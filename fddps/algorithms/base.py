@@ -5,10 +5,20 @@ run by :meth:`Scheduler.schedule`, registered by name with :func:`register`.
 Most are list schedulers: they repeatedly pick an op and a device and call
 :meth:`PlacementState.place`, which keeps per-device busy intervals (for
 insertion into idle gaps), memory in use, and the devices of colocation groups.
+
+Memory. The constraint is the replayed step's peak on each device
+(:meth:`fddps.Schedule.peak_memory`: persistent bytes, transient bytes while
+live, received copies). :meth:`Scheduler.schedule` first lets the algorithm
+reserve only persistent bytes, then checks the peak of its schedule; where a
+device overflows it schedules again reserving ``memory + transient`` of every
+op for the whole step (:func:`reserving_transient`), and refuses with
+:class:`~fddps.errors.InfeasibleError` if even that schedule's peak overflows.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import heapq
 import time
 from bisect import bisect_left, bisect_right
@@ -19,6 +29,32 @@ from ..errors import ClusterError, InfeasibleError, UnknownAlgorithmError
 from ..schedule import Schedule
 
 _REGISTRY: dict[str, type] = {}
+
+#: Whether a :class:`PlacementState` built now reserves transient bytes too.
+_RESERVE_TRANSIENT = contextvars.ContextVar("fddps_reserve_transient", default=True)
+
+
+@contextlib.contextmanager
+def reserving_transient(flag: bool):
+    """Within the block, :class:`PlacementState` reserves ``memory + transient``
+    per op (``True``, also the default outside any block) or ``memory`` only."""
+    token = _RESERVE_TRANSIENT.set(bool(flag))
+    try:
+        yield
+    finally:
+        _RESERVE_TRANSIENT.reset(token)
+
+
+def memory_overflow(schedule):
+    """``(device index, peak bytes, capacity)`` of the device whose replayed peak
+    exceeds its capacity the most, or ``None`` when every device's fits."""
+    capacity = schedule.cluster.memory
+    if schedule.graph.num_ops == 0 or np.isinf(capacity).all():
+        return None
+    peak = schedule.peak_memory()
+    excess = peak - capacity * (1 + 1e-12)
+    k = int(np.argmax(excess))
+    return (k, float(peak[k]), float(capacity[k])) if excess[k] > 0 else None
 
 
 def register(cls):
@@ -81,7 +117,9 @@ class Scheduler:
 
     Subclasses set ``name``, take their options as keyword arguments of
     ``__init__`` (stored as attributes, nothing else), and implement
-    :meth:`_schedule`. :meth:`schedule` adds the search time to ``info``.
+    :meth:`_schedule`. :meth:`schedule` enforces the memory constraint (see
+    the module docstring) and adds the search time and ``memory_reservation``
+    (``"persistent"`` or ``"memory + transient"``) to ``info``.
     """
 
     name = ""
@@ -98,13 +136,41 @@ class Scheduler:
     def schedule(self, graph, cluster) -> Schedule:
         """Place ``graph`` on ``cluster``; return a timed :class:`Schedule`.
 
+        Every device's replayed peak memory (:meth:`Schedule.peak_memory`)
+        is within its capacity: the algorithm runs reserving persistent bytes
+        only and, if a device's peak overflows, again reserving ``memory +
+        transient`` of every op for the whole step.
+
         Raises
         ------
         InfeasibleError
-            If the graph cannot fit in the cluster's memory, or an op can run on no device.
+            If the graph cannot fit in the cluster's memory (naming the device,
+            its peak and capacity, or the op that fits nowhere), or an op can
+            run on no device.
         """
         t0 = time.perf_counter()
-        result = self._schedule(graph, cluster)
+        with reserving_transient(False):
+            result = self._schedule(graph, cluster)
+        result.info["memory_reservation"] = "persistent"
+        over = memory_overflow(result)
+        if over is not None:
+            k, peak, capacity = over
+            why = (f"reserving persistent bytes only, device {cluster.names[k]!r} peaks at "
+                   f"{peak:.6g} bytes, over its capacity of {capacity:.6g}")
+            with reserving_transient(True):
+                try:
+                    result = self._schedule(graph, cluster)
+                except InfeasibleError as err:
+                    raise InfeasibleError(f"{why}; reserving memory + transient bytes for the "
+                                          f"whole step: {err}", err.needed, err.available) from None
+            result.info["memory_reservation"] = "memory + transient"
+            over = memory_overflow(result)
+            if over is not None:
+                k, peak, capacity = over
+                raise InfeasibleError(
+                    f"{why}; reserving memory + transient bytes for the whole step, device "
+                    f"{cluster.names[k]!r} still peaks at {peak:.6g} bytes (received copies of "
+                    f"remote inputs), over its capacity of {capacity:.6g}", peak, capacity)
         result.info.setdefault("search_seconds", time.perf_counter() - t0)
         result.algorithm = self.name
         return result
@@ -243,6 +309,11 @@ class PlacementState:
     for each colocation group. Constraints (runnable device, pinned device,
     colocation, memory) are enforced by :meth:`candidates`.
 
+    Memory is a reservation held for the whole step: ``need`` per op is its
+    persistent ``memory``, plus its ``transient`` bytes when
+    ``reserve_transient`` is true (default: as set by
+    :func:`reserving_transient`, true outside :meth:`Scheduler.schedule`).
+
     Raises (on construction)
     ------------------------
     InfeasibleError
@@ -252,7 +323,7 @@ class PlacementState:
         If an op is pinned to a device the cluster does not have.
     """
 
-    def __init__(self, graph, cluster, exec_time=None):
+    def __init__(self, graph, cluster, exec_time=None, reserve_transient=None):
         self.graph = graph
         self.cluster = cluster
         n, m = graph.num_ops, cluster.num_devices
@@ -279,7 +350,10 @@ class PlacementState:
                       if self.uniform_links else None)
         self.capacity = cluster.memory.tolist()
         self.mem_used = [0.0] * m
-        need = graph.memory + graph.transient
+        if reserve_transient is None:
+            reserve_transient = _RESERVE_TRANSIENT.get()
+        self.reserve_transient = bool(reserve_transient)
+        need = graph.memory + graph.transient if reserve_transient else graph.memory.copy()
         self.need = need.tolist()
         groups = graph.colocation
         self.group = groups.tolist()
@@ -337,9 +411,10 @@ class PlacementState:
     def _check_memory(self, need):
         total, capacity = float(need.sum()), float(self.cluster.memory.sum())
         if total > capacity:
+            what = "persistent + transient" if self.reserve_transient else "persistent"
             raise InfeasibleError(
-                f"the graph needs {total:.6g} bytes of device memory but the cluster has "
-                f"{capacity:.6g} in all", needed=total, available=capacity)
+                f"the graph needs {total:.6g} bytes of device memory ({what}) but the cluster "
+                f"has {capacity:.6g} in all", needed=total, available=capacity)
         biggest = float(self.cluster.memory.max())
         for i in range(self.n):
             g = self.group[i]
