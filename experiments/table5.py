@@ -14,12 +14,14 @@ Large) on CIFAR-10-sized inputs (32 x 32, 10 classes):
 4. data parallelism: the graph rebuilt at ``batch / p``, one replica's step
    plus a ring all-reduce of the gradients (:mod:`experiments.data_parallel`).
 
-A strategy that does not fit in a device's memory is marked ``OOM``; then the
-same algorithm is run again with unlimited memory, and that schedule's
-simulated peak says whether the schedulers' conservative reservation (every
-op's ``memory + transient`` held for the whole step) refused a placement that
-would really fit. For every schedule, the reservation is printed against the
-simulator's peak.
+Memory: a schedule fits when each device's simulated peak (persistent bytes,
+outputs until their last consumer, received copies) is within its capacity.
+The schedulers reserve persistent bytes, check the peak, and where a device
+overflows schedule again reserving every op's ``memory + transient`` for the
+whole step (:meth:`fddps.algorithms.base.Scheduler.schedule`); the summary
+counts the cells placed each way. A strategy that does not fit is marked
+``OOM``; then the same algorithm is run again with unlimited memory, and that
+schedule's peak says how far over it is.
 
 Times are printed beside the paper's (its TF 1.14 graphs and real GPUs: compare
 ratios, not seconds). Writes ``experiments/results/table5.csv`` (one row per
@@ -113,7 +115,7 @@ def run(models, devices=(2, 4, 8), algorithms=DEFAULT_ALGORITHMS, *, cost_model=
 
         bar.set_description(f"table5 {model}: single")
         add(1, common.run_strategy(mg.graph, common.gpu_cluster(1, cm, memory=memory), "single",
-                                   validate=validate))
+                                   validate=validate, extra=_reservation))
         bar.update()
         specs = common.with_split_variant(algorithms, mg.graph)
         bar.total += len(devices) * (len(specs) - len(algorithms))
@@ -121,7 +123,8 @@ def run(models, devices=(2, 4, 8), algorithms=DEFAULT_ALGORITHMS, *, cost_model=
             cluster = common.gpu_cluster(p, cm, memory=memory)
             for spec in specs:
                 bar.set_description(f"table5 {model} x{p}: {spec}")
-                add(p, common.run_strategy(mg.graph, cluster, spec, validate=validate))
+                add(p, common.run_strategy(mg.graph, cluster, spec, validate=validate,
+                                           extra=_reservation))
                 bar.update()
             if data_parallel:
                 bar.set_description(f"table5 {model} x{p}: data parallel")
@@ -130,6 +133,11 @@ def run(models, devices=(2, 4, 8), algorithms=DEFAULT_ALGORITHMS, *, cost_model=
         mg.graph = None  # free the big graph; the row keeps the facts
     bar.close()
     return pd.DataFrame(rows), common.graph_table(graphs)
+
+
+def _reservation(schedule) -> dict:
+    """What the scheduler reserved to place it: ``"persistent"`` or ``"memory + transient"``."""
+    return {"memory_reservation": schedule.info.get("memory_reservation", "")}
 
 
 def _time(df, model, p, strategy):
@@ -219,25 +227,42 @@ def _some(names, at_most=4) -> str:
 
 
 def memory_summary(results: pd.DataFrame) -> pd.DataFrame:
-    """Per model: the schedulers' reservation against the simulator's peak, and OOM verdicts."""
+    """Per model: peaks against capacity, how the cells were placed, and OOM verdicts.
+
+    Columns: ``capacity_GB``; ``single_peak_GB`` (one GPU's simulated peak, with
+    unlimited memory when it does not fit) and ``single_reserved_GB`` (its
+    ``memory + transient`` sum, what the fallback reserves); ``peak_max_GB``
+    over the placed cells; ``reserved/peak`` (how much more the fallback's
+    reservation holds than the peak, over the placed schedules); the placed
+    cells reserving persistent bytes only and those placed by the fallback;
+    ``OOM`` cells, and among them those whose schedule with unlimited memory
+    peaks within capacity (which the greedy placements missed).
+    """
     ok = results[results.status == "ok"].copy()
     ok["ratio"] = ok.reserved_max / ok.peak_max
+    if "memory_reservation" not in ok:
+        ok["memory_reservation"] = ""
     rows = []
     for model, g in results.groupby("model", sort=False):
         k = ok[ok.model == model]
         single = g[g.strategy == "single"].iloc[0]
         oom = g[g.status == "OOM"]
         fits = oom[oom.unbounded_peak_max <= oom.capacity]
+        fallback = k[k.memory_reservation == "memory + transient"]
         rows.append(dict(
             model=model,
             capacity_GB=round(float(g.capacity.iloc[0]) / 1e9, 2),
-            single_reserved_GB=round(float(single.reserved_max if single.status == "ok"
-                                           else single.unbounded_reserved_max) / 1e9, 3),
             single_peak_GB=round(float(single.peak_max if single.status == "ok"
                                        else single.unbounded_peak_max) / 1e9, 3),
-            reserved_over_peak=(f"{k.ratio.min():.2f}-{k.ratio.max():.2f}" if len(k) else "-"),
+            single_reserved_GB=round(float(single.reserved_max if single.status == "ok"
+                                           else single.unbounded_reserved_max) / 1e9, 3),
+            peak_max_GB=round(float(k.peak_max.max()) / 1e9, 3) if len(k) else np.nan,
+            **{"reserved/peak": (f"{k.ratio.min():.2f}-{k.ratio.max():.2f}" if len(k) else "-")},
+            placed_persistent=int((k.memory_reservation == "persistent").sum()),
+            placed_fallback=len(fallback),
+            fallback_cells=_some([f"{label(r.strategy)}x{r.devices}" for r in fallback.itertuples()]),
             OOM=len(oom),
-            OOM_but_peak_fits=len(fits),
+            OOM_peak_fits=len(fits),
             which=_some([f"{label(r.strategy)}x{r.devices}" for r in fits.itertuples()])))
     return pd.DataFrame(rows)
 
@@ -339,12 +364,15 @@ def main(argv=None):
         if len(paper):
             print("\nBeside the paper's Table 5 (its times in s on real P100s; compare the speedups):")
             print(paper.to_string(index=False))
-        print("\nMemory: the schedulers reserve each op's memory + transient bytes for the whole "
-              "step; the simulator's peak frees outputs after their last consumer:")
+        print("\nMemory: a schedule fits when every GPU's simulated peak (persistent bytes, outputs "
+              "until their last consumer, received copies) is within its capacity; the schedulers "
+              "reserve persistent bytes, check the peak, and fall back to reserving memory + "
+              "transient for the whole step (data parallelism: one replica on one GPU):")
         print(memory_summary(results).to_string(index=False))
         oom = results[results.status == "OOM"]
         for r in oom.itertuples():
-            verdict = ("fits by peak" if r.unbounded_peak_max <= r.capacity else "does not fit by peak either")
+            verdict = ("fits: the greedy placements missed it" if r.unbounded_peak_max <= r.capacity
+                       else "does not fit")
             step = (f", step {r.unbounded_step_seconds * 1e3:.4g} ms"
                     if np.isfinite(r.unbounded_step_seconds) else "")
             print(f"  OOM {r.model} x{r.devices} {label(r.strategy)}: with unlimited memory, peak "
