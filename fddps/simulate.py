@@ -127,7 +127,9 @@ class _Flow:
         e = self._charged_edges
         np.minimum.at(first_pos, self.edge_transfer[e], pos[g.dst[e]])
         task = np.concatenate([np.arange(self.n), self.sends, self.recvs])
-        key = np.concatenate([pos, pos[self.producer] + 0.5, first_pos - 0.5])
+        # Sends (just after their producer) before receives (just before their
+        # reader): at the same gap a receive may wait on a send, never the reverse.
+        key = np.concatenate([pos, pos[self.producer] + 0.25, first_pos - 0.25])
         sub = np.concatenate([np.zeros(self.n), self.dst.astype(float), self.producer.astype(float)])
         dev = self.dev
         out = []

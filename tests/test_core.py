@@ -252,6 +252,17 @@ def test_transfers_that_devices_compute_occupy_both_ends_once_per_tensor():
         Cluster(free.devices, transfer_compute=1.5)
 
 
+def test_a_send_and_the_next_ops_receive_in_one_gap_do_not_deadlock():
+    # b's send after a's receive's gap: b on the slow devices, c back on d2, a ping-pong.
+    g = OpGraph(["a", "b", "c"], [0.0, 1.0, 0.0], [("a", "b"), ("b", "c")])
+    c = Cluster([Device("d0", speed=0.5), Device("d1", speed=0.5), Device("d2", speed=1.0)],
+                transfer_compute=0.5)
+    for algorithm in ("heft", "fastt", "mpdps", "fddps"):
+        fddps.schedule(g, c, algorithm=algorithm).validate()
+    t = fddps.simulate(g, c, {"a": "d2", "b": "d0", "c": "d2"}, [["b"], [], ["a", "c"]])
+    assert t.makespan == pytest.approx(2.0)
+
+
 def test_schedulers_charge_remote_inputs_to_the_receiving_device_once():
     from fddps.algorithms.base import PlacementState
 
