@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .errors import GraphError
+from .errors import GraphError, InfeasibleError
 from .graph import OpGraph
 
 
@@ -338,11 +338,19 @@ def schedule_with_splits(schedule_whole, graph: OpGraph, cluster, enabled=True, 
     ``info`` gains ``splits`` (the decisions kept, possibly none),
     ``splits_planned`` and, when split, ``unsplit_makespan``.
     """
+    from .algorithms.base import memory_overflow
+
+    def rank(schedule):  # schedules within memory first, then the faster
+        return (memory_overflow(schedule) is not None, schedule.makespan)
+
     result = schedule_whole(graph, cluster)
     decisions = plan_splits(graph, cluster, **plan_options) if enabled else []
     if decisions:
-        split_result = schedule_whole(apply_splits(graph, decisions), cluster)
-        if split_result.makespan < result.makespan:
+        try:
+            split_result = schedule_whole(apply_splits(graph, decisions), cluster)
+        except InfeasibleError:  # the split graph's memory does not fit; the whole one did
+            split_result = None
+        if split_result is not None and rank(split_result) < rank(result):
             split_result.info.update(splits=decisions, unsplit_makespan=result.makespan)
             result = split_result
     result.info.setdefault("splits", [])
