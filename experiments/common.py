@@ -253,8 +253,7 @@ def run_strategy(graph, cluster, spec: str, *, validate: bool = True, probe_oom:
     probe_oom : bool
         When the algorithm finds the graph does not fit, schedule it again with
         unlimited memory and report that schedule's simulated peak: it says
-        whether the conservative reservation (``memory + transient`` of every op
-        for the whole step) refused a placement that would really fit.
+        whether the placement is refused because its peak really does not fit.
 
     Returns
     -------

@@ -57,9 +57,10 @@ class OpGraph:
         Persistent bytes the op keeps on its device for the whole step
         (parameters, optimizer slots). Default 0.
     transient : array-like, shape (n,), optional
-        Bytes of the op's outputs and temporaries. Default 0. Schedulers reserve
-        ``memory + transient`` per op (conservative, as Baechi's m-ETF does); the
-        simulator reports the true peak, when outputs are freed.
+        Bytes of the op's outputs and temporaries. Default 0. Held from the
+        op's start until its last consumer on the device finishes; a schedule
+        must keep every device's replayed peak within its memory
+        (:meth:`fddps.Schedule.peak_memory`).
     device_types : sequence of str, optional
         Column labels of a 2-D ``cost``. Default: one column valid on any type.
     op_types : sequence of str, optional

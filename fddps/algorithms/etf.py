@@ -38,10 +38,11 @@ m-TOPO (``topo``)
 Where we had to interpret:
 
 - Memory: Baechi's m-ETF tracks allocations and frees output memory when the
-  last consumer finishes. fddps schedulers reserve ``memory + transient`` per
-  op for the whole step (what :meth:`Schedule.validate` checks), the
-  conservative variant. With it, "a device can hold the op" only gets harder
-  as placement proceeds, which the efficient selection below relies on.
+  last consumer finishes. fddps schedulers reserve an op's bytes for the whole
+  step (persistent bytes first, ``memory + transient`` if the replayed peak
+  then overflows: :meth:`Scheduler.schedule`). With a reservation, "a device
+  can hold the op" only gets harder as placement proceeds, which the efficient
+  selection below relies on.
 - Colocation groups: as Baechi with ``colocation=True``, the first op of a
   group reserves the whole group's memory and fixes the device of the rest.
 - m-TOPO with device constraints Baechi does not have: an op pinned or

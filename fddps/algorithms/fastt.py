@@ -30,8 +30,8 @@ Where we had to interpret:
 
 - FastT's own cost model (profiled times, transfer regression) is replaced by
   the graph's cost table and the cluster's links, like every fddps algorithm.
-- Memory: devices without room for the op (``memory + transient`` reserved for
-  the step) are skipped, as are devices other than a pinned or colocated one;
+- Memory: devices without room for the op (its reservation for the step, see
+  :meth:`Scheduler.schedule`) are skipped, as are devices other than a pinned or colocated one;
   :class:`~fddps.errors.InfeasibleError` names an op no device can hold.
 - Splitting: FastT also splits ops on the critical path into parts on several
   devices. With ``split=True`` (default) the graph's

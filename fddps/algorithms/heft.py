@@ -24,8 +24,8 @@ Where we had to interpret:
   lower device index.
 - ``w(i)`` averages over the devices the op may run on (finite cost); an op
   with no kernel on some device type simply has fewer devices to average over.
-- Memory: the paper has none. Devices without room for the op (``memory +
-  transient`` reserved for the whole step, as :class:`PlacementState` does) are
+- Memory: the paper has none. Devices without room for the op (its
+  reservation for the whole step, as :class:`PlacementState` keeps it) are
   skipped, as are devices other than the op's pinned or colocated one; if no
   device has room, :class:`~fddps.errors.InfeasibleError` is raised naming the op.
 - The returned :class:`~fddps.schedule.Schedule` keeps HEFT's placement and

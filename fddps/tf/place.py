@@ -569,7 +569,9 @@ class Placement:
 
     @property
     def memory(self) -> pd.Series:
-        """Bytes each device reserves (persistent + transient of its ops), by device."""
+        """Sum of persistent + transient bytes of each device's ops, by device: what
+        holding every output all step would take (the constraint is
+        :attr:`peak_memory`)."""
         return pd.Series(self.schedule.device_memory(), index=list(self.cluster.names),
                          name="memory")
 
@@ -612,7 +614,7 @@ class Placement:
         single = et.sum(axis=0)
         best_single = float(np.min(single[np.isfinite(single)])) if np.isfinite(single).any() else np.inf
         cross = s.device[g.src] != s.device[g.dst]
-        mem = self.memory.to_numpy()
+        mem = self.peak_memory.to_numpy()
         lines = [
             f"fddps placement ({info.get('algorithm', s.algorithm)}): {info['ops']} of "
             f"{info['nodes']} nodes scheduled on {c.num_devices} devices",
@@ -629,7 +631,7 @@ class Placement:
                 + (", slower than the best single device" if executor > best_single else "")
                 + "; enforce_order=True makes it follow the scheduled order")
         lines += [
-            f"{'device':<48} {'ops':>6} {'busy ' + unit:>10} {'util':>6} {'memory MB':>10} {'capacity MB':>12}",
+            f"{'device':<48} {'ops':>6} {'busy ' + unit:>10} {'util':>6} {'peak MB':>10} {'capacity MB':>12}",
         ]
         for k, d in enumerate(c.devices):
             util = busy[k] / s.makespan if s.makespan > 0 else 0.0
