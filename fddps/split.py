@@ -251,7 +251,8 @@ def apply_splits(graph: OpGraph, decisions) -> OpGraph:
     every part; the combine op takes the name ``X`` and keeps all of ``X``'s
     out-edges, so consumers and fetches see the same tensor. Part costs scale
     with their share of the dimension; memory: parts share ``X``'s transient
-    bytes in proportion, the combine op holds the output.
+    bytes in proportion, the combine op holds the output, a slice op its slices
+    (the whole sliced input).
 
     Raises
     ------
@@ -313,7 +314,7 @@ def apply_splits(graph: OpGraph, decisions) -> OpGraph:
             cost.append(np.broadcast_to(np.asarray(cand.slice_cost, dtype=np.float64),
                                         graph.cost[i].shape))
             memory.append(0.0)
-            transient.append(0.0)
+            transient.append(float(nbytes))  # its slices: the whole input, once more
             groups.append(None)
             edges.extend((name, part_name(op, j), nbytes * share[j]) for j in range(d.parts))
         # The original op becomes the combine op: same name, same out-edges.
