@@ -66,10 +66,10 @@ class _Flow:
     Attributes: ``n`` real ops, ``total`` tasks, ``dev`` and ``dur`` per task,
     successors in CSR form (``succ_ptr``, ``succ_idx``, ``succ_delay``: what
     the edge adds between the finish of one task and the earliest start of the
-    next), and per transfer ``t``: ``producer``, ``dst`` device, ``seconds``
-    (its ``T``), ``share`` (its ``c``) and ``first`` (the first op on ``dst`` that reads
-    it, under an order; set by :meth:`order_tasks`). ``edge_transfer`` gives,
-    per graph edge, the transfer that carries it or -1.
+    next), and per transfer ``t``: ``producer``, ``dst`` device, ``bytes``,
+    ``seconds`` (its ``T``) and ``share`` (its ``c``). Per graph edge:
+    ``edge_seconds``, its transfer time under the placement (0 inside a
+    device), and ``edge_transfer``, the transfer that carries it or -1.
     """
 
     def __init__(self, graph, cluster, device, dur):
@@ -79,7 +79,7 @@ class _Flow:
         s_dev, d_dev = device[src], device[dst]
         share_of_edge = cluster.transfer_compute[s_dev, d_dev]
         charged = (s_dev != d_dev) & (share_of_edge > 0)
-        comm = _edge_comm(graph, cluster, device)
+        comm = self.edge_seconds = _edge_comm(graph, cluster, device)
         self.edge_transfer = np.full(graph.num_edges, -1, dtype=np.int64)
         keys, inverse = np.unique(src[charged] * m + d_dev[charged], return_inverse=True)
         t_count = keys.size
@@ -491,7 +491,7 @@ def simulate(graph, cluster, placement, order=None, policy="fifo"):
     start, finish, flow = _replay_flow(graph, cluster, device, order, et)
     n = graph.num_ops
     start, finish = start[:n], finish[:n]
-    comm = _edge_comm(graph, cluster, device)
+    comm = flow.edge_seconds
     names = list(cluster.names)
     ops = pd.DataFrame({"op": list(graph.names), "device": [names[k] for k in device],
                         "start": start, "finish": finish})
