@@ -126,13 +126,13 @@ def _save_plot(schedule, path, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plot import plot_schedule
+    from .plot import plot_overview
 
-    ax = plot_schedule(schedule, critical_path=True, transfers=True)
-    ax.set_title(title)
+    fig = plot_overview(schedule)  # the Gantt chart above each device's utilisation
+    fig.axes[0].set_title(f"{title}: " + fig.axes[0].get_title().split(": ", 1)[-1])
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    ax.figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(ax.figure)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 # -- commands ------------------------------------------------------------------------------
