@@ -276,7 +276,7 @@ def _label_colors(totals, max_op_types):
 
 
 def plot_schedule(schedule, ax=None, critical_path=True, transfers=False, max_op_types=9,
-                  kind="gantt", bins=None):
+                  kind="gantt", bins=None, legend=True):
     """Gantt chart of a schedule: one lane per device, one bar per op.
 
     Bars are coloured by op type: the ``max_op_types`` types that cost the
@@ -299,6 +299,9 @@ def plot_schedule(schedule, ax=None, critical_path=True, transfers=False, max_op
     max_op_types : int
     kind : {"gantt", "utilization"}
         ``"utilization"``: :func:`plot_utilization` instead (``bins`` time bins).
+    legend : bool
+        Draw the legend (right of the chart); off for all but one of several
+        charts of one graph, whose colours are the same.
 
     Returns
     -------
@@ -310,7 +313,10 @@ def plot_schedule(schedule, ax=None, critical_path=True, transfers=False, max_op
         For an unknown ``kind``.
     """
     if kind in ("utilization", "utilisation"):
-        return plot_utilization(schedule, ax=ax, bins=bins)
+        ax = plot_utilization(schedule, ax=ax, bins=bins, max_op_types=max_op_types)
+        if not legend and ax.get_legend() is not None:
+            ax.get_legend().remove()
+        return ax
     if kind != "gantt":
         raise ValueError(f"plot_schedule: unknown kind {kind!r}; use 'gantt' or 'utilization'")
     import matplotlib.pyplot as plt
@@ -379,7 +385,7 @@ def plot_schedule(schedule, ax=None, critical_path=True, transfers=False, max_op
     name = schedule.algorithm or "schedule"
     ax.set_title(f"{name}: {g.num_ops} ops on {m} devices, makespan "
                  f"{schedule.makespan * scale:.4g} {unit}")
-    if handles:
+    if handles and legend:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small",
                   frameon=False, title="op time by type (total)", title_fontsize="small",
                   alignment="left")
