@@ -8,8 +8,9 @@ The table ``costmodel/data/gpu_kernels.csv`` has one row per timed kernel:
     One of :data:`costmodel.hardware.OP_CLASSES`.
 ``shape``
     ``"N=64 C=256 H=56 W=56 K=64 R=1 S=1 stride=1 pad=0"`` for convolutions
-    (NCHW input, K filters of R x S), ``"M=.. N=.. K=.."`` for MatMuls,
-    ``"bytes=.."`` (read + written) for element-wise ops and reductions.
+    (NCHW input, K filters of R x S; see :func:`parse_shape`), ``"M=.. N=.. K=.."``
+    for MatMuls (``M x K`` times ``K x N``), ``"bytes=.."`` (read + written) for
+    element-wise ops and reductions.
 ``precision``
     ``tf32`` or ``fp32``.
 ``seconds``
@@ -50,13 +51,17 @@ COLUMNS = ("gpu", "op_class", "shape", "precision", "seconds", "source")
 _OP_TYPE = {"conv_forward": "Conv2D", "conv_input_grad": "Conv2DBackpropInput",
             "conv_filter_grad": "Conv2DBackpropFilter", "matmul": "MatMul", "elementwise": "AddV2",
             "reduction": "Sum"}
-_SHAPE_KEYS = {"conv": ("N", "C", "H", "W", "K", "R", "S", "stride", "pad"), "matmul": ("M", "N", "K"),
+_SHAPE_KEYS = {"conv": ("N", "C", "H", "W", "K", "R", "S"), "matmul": ("M", "N", "K"),
                "memory": ("bytes",)}
 _FLOAT_BYTES = 4  # FP32 tensors (TF32 also reads and writes FP32)
 
 
 def parse_shape(op_class: str, shape: str) -> dict:
     """The numbers of a ``shape`` string (``"M=2560 N=64 K=2560"``) as a dict of ints.
+
+    Convolutions need ``N C H W K R S``; ``stride`` and ``pad`` default to 1 and
+    0, and ``stride_h``/``stride_w``/``pad_h``/``pad_w`` default to those
+    (Inception's 1x7 and 7x1 filters pad one axis only).
 
     Raises
     ------
@@ -69,7 +74,14 @@ def parse_shape(op_class: str, shape: str) -> dict:
     if missing:
         raise CostModelError(f"kernel shape {shape!r} of a {op_class} row lacks {missing} "
                              f"(needs {list(_SHAPE_KEYS[kind])})")
-    return {k: int(float(values[k])) for k in _SHAPE_KEYS[kind]}
+    d = {k: int(float(v)) for k, v in values.items() if k in _SHAPE_KEYS[kind] or kind == "conv"}
+    if kind == "conv":
+        d.setdefault("stride", 1)
+        d.setdefault("pad", 0)
+        for axis in ("h", "w"):
+            d.setdefault(f"stride_{axis}", d["stride"])
+            d.setdefault(f"pad_{axis}", d["pad"])
+    return d
 
 
 def kernel_features(op_class: str, shape: str) -> dict:
@@ -83,8 +95,10 @@ def kernel_features(op_class: str, shape: str) -> dict:
     """
     d = parse_shape(op_class, shape)
     if op_class.startswith("conv"):
-        ho = (d["H"] + 2 * d["pad"] - d["R"]) // d["stride"] + 1
-        wo = (d["W"] + 2 * d["pad"] - d["S"]) // d["stride"] + 1
+        ho = (d["H"] + 2 * d["pad_h"] - d["R"]) // d["stride_h"] + 1
+        wo = (d["W"] + 2 * d["pad_w"] - d["S"]) // d["stride_w"] + 1
+        if ho < 1 or wo < 1:
+            raise CostModelError(f"kernel shape {shape!r} has no output ({ho} x {wo})")
         x = d["N"] * d["C"] * d["H"] * d["W"]
         w = d["K"] * d["C"] * d["R"] * d["S"]
         y = d["N"] * d["K"] * ho * wo
@@ -94,9 +108,9 @@ def kernel_features(op_class: str, shape: str) -> dict:
     elif op_class == "matmul":
         flops = 2 * d["M"] * d["N"] * d["K"]
         ins, out = d["M"] * d["K"] + d["K"] * d["N"], d["M"] * d["N"]
-    else:
-        flops, ins, out = d["bytes"] // (2 * _FLOAT_BYTES), d["bytes"] // (2 * _FLOAT_BYTES), \
-            d["bytes"] // (2 * _FLOAT_BYTES)
+    else:  # a binary element-wise op or a reduction: 2/3 of the bytes read, 1/3 written
+        elements = d["bytes"] // (3 * _FLOAT_BYTES)
+        flops, ins, out = elements, 2 * elements, elements
     return {"op_type": _OP_TYPE[op_class], "flops": flops, "input_bytes": ins * _FLOAT_BYTES,
             "output_bytes": out * _FLOAT_BYTES}
 

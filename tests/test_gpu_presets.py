@@ -190,3 +190,63 @@ def test_bad_kernel_tables_name_the_row(tmp_path):
     (tmp_path / "nosrc.csv").write_text("gpu,op_class,shape,precision,seconds\n")
     with pytest.raises(CostModelError, match="no column 'source'"):
         kernels.load_kernel_table(tmp_path / "nosrc.csv")
+
+
+# -- experiments/gpu_kernels.py ------------------------------------------------------------
+def test_committed_conv_layers_parse_and_cover_the_three_models():
+    from experiments import gpu_kernels
+
+    layers = gpu_kernels.conv_layers()
+    assert set(layers.model) == {"resnet50", "vgg16", "inception_v3"}
+    # ResNet-50: 49 + 4 shortcut convolutions; VGG-16: 13; Inception-V3: 94 + 2 in the aux head.
+    assert layers.groupby("model")["count"].sum().to_dict() == {"inception_v3": 96, "resnet50": 53,
+                                                                "vgg16": 13}
+    assert layers["first"].sum() == 3  # one per model reads the images
+    for cls in gpu_kernels.CONV_CLASSES:
+        f = pd.DataFrame([kernels.kernel_features(cls, s) for s in layers["shape"]])
+        assert (f.flops > 0).all() and (f.input_bytes > 0).all()
+    assert all(s.startswith("N=64 ") for s in layers["shape"])
+
+
+def test_gpu_kernels_says_clearly_when_there_is_no_torch_or_gpu(monkeypatch):
+    import sys
+    import types
+
+    from experiments import gpu_kernels
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
+    with pytest.raises(SystemExit, match="needs PyTorch with CUDA"):
+        gpu_kernels.main(["--repeats", "1"])
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    with pytest.raises(SystemExit, match="sees no CUDA GPU"):
+        gpu_kernels.main([])
+
+
+def test_gpu_kernels_report_before_and_after_per_model(tmp_path):
+    """Layers 'measured' by a known H100 (TF32 convs at 26%, FP32 at 74%): the datasheet preset is
+    off, the preset fitted to the table is not, per model and per op class."""
+    from experiments import gpu_kernels
+
+    truth = DevicePreset(**{**hardware._DATASHEET_PRESETS["h100"].to_dict(), "efficiencies": {
+        "conv_forward/tf32": 0.26, "conv_forward/fp32": 0.74, "conv_input_grad/tf32": 0.3,
+        "conv_input_grad/fp32": 0.7, "conv_filter_grad/tf32": 0.2, "conv_filter_grad/fp32": 0.6}})
+    layers = gpu_kernels.conv_layers()
+    rows = []
+    for precision in ("tf32", "fp32"):
+        for cls in gpu_kernels.CONV_CLASSES:
+            for s in layers["shape"]:
+                t = truth.with_precision(precision).op_times(
+                    pd.DataFrame([kernels.kernel_features(cls, s)]))[0]
+                rows.append(dict(gpu="h100", op_class=cls, shape=s, precision=precision, seconds=t,
+                                 source="synthetic"))
+    path = tmp_path / "h100.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    df = gpu_kernels.report(kernels.load_kernel_table(path), out=tmp_path / "errors.csv")
+    assert set(df.model) == {"all kernels", "resnet50", "vgg16", "inception_v3"}
+    after = df[df.preset == "after"]
+    before = df[(df.preset == "before") & (df.model == "all kernels")].set_index(
+        ["op_class", "precision"])
+    assert (after.median_abs_error < 0.05).all()
+    assert before.loc[("conv_forward", "tf32"), "median_ratio"] < 0.7  # 60% of TF32: too fast
+    assert (tmp_path / "errors.csv").exists()

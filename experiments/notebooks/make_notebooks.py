@@ -90,7 +90,7 @@ def schedules():
             "for k, (ax, spec) in enumerate(zip(np.atleast_1d(axes), ALGORITHMS)):\n"
             "    plot_schedule(schedules[spec], ax=ax, critical_path=True, transfers=True, legend=k == 0)\n"
             "    ax.set_title(f'{common.label(spec)}: ' + ax.get_title(), fontsize=9)\n"
-            "fig.tight_layout()"),
+            "fig.subplots_adjust(left=0.12, right=0.72, top=0.97, bottom=0.04, hspace=0.55)"),
         new_markdown_cell(
             "## How busy each device is\n\n"
             "The busy fraction of every device per time bin, stacked by op type in the Gantt chart's "
@@ -101,7 +101,7 @@ def schedules():
             "for ax, spec in zip(axes, ['fddps', 'heft']):\n"
             "    plot_schedule(schedules[spec], ax=ax, kind='utilization', bins=120, legend=spec == 'fddps')\n"
             "    ax.set_title(f'{common.label(spec)}: ' + ax.get_title(), fontsize=9)\n"
-            "fig.tight_layout()\n"
+            "fig.subplots_adjust(left=0.12, right=0.72, hspace=0.45)\n"
             "edges, busy = utilization(schedules['fddps'], bins=10)\n"
             "pd.DataFrame(busy, index=schedules['fddps'].cluster.names,\n"
             "             columns=[f'{e * 1e3:.2g} ms' for e in edges[:-1]]).round(2)"),
