@@ -568,9 +568,12 @@ _DATASHEET_PRESETS = {
 #: by ``python -m costmodel.kernels`` (which prints them; a class needs
 #: ``costmodel.kernels.MIN_KERNELS`` kernels); tests/test_gpu_presets.py re-fits and
 #: compares. GPUs and classes without enough rows keep the assumed 0.6 / 0.7. The
-#: published rows found so far (3 DeepBench kernels on the P100) are too few for any
-#: class: ``experiments/gpu_kernels.py`` measures more on a GPU.
-_FITTED_EFFICIENCIES: dict = {}
+#: published rows found so far: DeepBench's FP32 GEMMs and 4 forward convolutions on
+#: the V100, 3 kernels on the P100 (too few for a class); ``experiments/gpu_kernels.py``
+#: measures more on a GPU.
+_FITTED_EFFICIENCIES = {
+    "v100": {"conv_forward/fp32": 0.646, "matmul/fp32": 0.891},
+}
 
 
 def _with_fitted(preset: DevicePreset) -> DevicePreset:

@@ -124,9 +124,13 @@ def test_presets_are_the_fit_of_the_committed_kernel_table():
         fitted = kernels.fit_efficiencies(table, datasheet)
         assert dict(presets[name].efficiencies) == pytest.approx(fitted, abs=1e-3), name
         assert set(fitted) <= {k for k, _ in presets[name].efficiencies} | set(fitted)
-    # Every GPU of the table is a preset, and its rows predict within a factor of 2.
-    e = pd.concat([kernels.prediction_errors(table, presets[g]) for g in set(table.gpu)])
-    assert len(e) == len(table) and e.ratio.between(0.5, 2.0).all()
+    # Every GPU of the table is a preset; the fitted presets are nowhere worse than the datasheet's.
+    for gpu in set(table.gpu):
+        s = kernels.error_summary(table, {"before": hardware._DATASHEET_PRESETS[gpu],
+                                          "after": presets[gpu]}).set_index(
+            ["preset", "op_class", "precision"]).median_abs_error
+        assert (s["after"] <= s["before"] + 1e-12).all(), gpu
+    assert dict(presets["v100"].efficiencies)  # DeepBench's V100 rows are enough to fit some
 
 
 def _synthetic_table(truth: DevicePreset, path):
@@ -148,7 +152,7 @@ def _synthetic_table(truth: DevicePreset, path):
                 continue
             for s in ss:
                 f = pd.DataFrame([kernels.kernel_features(cls, s)])
-                t = truth.with_precision(precision).op_times(f)[0]
+                t = truth.with_precision(precision).op_times(f)[0] - truth.overhead  # the kernel alone
                 rows.append(dict(gpu=truth.name, op_class=cls, shape=s, precision=precision,
                                  seconds=t, source="synthetic: timed by a known preset"))
     pd.DataFrame(rows).to_csv(path, index=False)
@@ -173,7 +177,7 @@ def test_fit_recovers_known_efficiencies_per_class_and_precision(tmp_path):
     # The compute-bound 3x3 convolution: the datasheet preset (60% of TF32) is 2.3x too fast.
     e = kernels.prediction_errors(table, hardware._DATASHEET_PRESETS["h100"])
     row = e[(e.op_class == "conv_forward") & (e.precision == "tf32") & e["shape"].str.contains("R=3")]
-    assert row.ratio.iloc[0] == pytest.approx(0.26 / 0.6, rel=0.15)  # the 10 us overhead aside
+    assert row.ratio.iloc[0] == pytest.approx(0.26 / 0.6, rel=1e-6)
 
 
 def test_bad_kernel_tables_name_the_row(tmp_path):
@@ -237,7 +241,7 @@ def test_gpu_kernels_report_before_and_after_per_model(tmp_path):
         for cls in gpu_kernels.CONV_CLASSES:
             for s in layers["shape"]:
                 t = truth.with_precision(precision).op_times(
-                    pd.DataFrame([kernels.kernel_features(cls, s)]))[0]
+                    pd.DataFrame([kernels.kernel_features(cls, s)]))[0] - truth.overhead
                 rows.append(dict(gpu="h100", op_class=cls, shape=s, precision=precision, seconds=t,
                                  source="synthetic"))
     path = tmp_path / "h100.csv"
