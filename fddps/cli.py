@@ -57,7 +57,8 @@ def _add_device_arguments(p):
     p.add_argument("--hosts", type=int, default=1,
                    help="with --gpus: number of hosts (/job:worker/task:H/...; default 1)")
     p.add_argument("--gpu-preset", default="p100",
-                   help="hardware preset for GPUs without a profile: p100 (default), v100, a100, h100")
+                   help="hardware preset for GPUs without a profile: p100 (default), k80, v100, a100, "
+                        "h100; NAME:fp32 for TF32 off (e.g. h100:fp32)")
     p.add_argument("--cost-model", metavar="FILE",
                    help="a cost model saved by `fddps profile` (default: analytic presets)")
     p.add_argument("--memory", type=float, metavar="BYTES",
