@@ -124,7 +124,8 @@ def op_time_by_type(schedule, max_op_types=9):
         Per op, what it is drawn as: its op type if that is among the top
         ``max_op_types``, ``"no-work ops (Const, Identity, ...)"``, or ``"other"``.
     totals : pandas.Series
-        Seconds of op time per label, largest first (the legend's order).
+        Seconds of op time per label, in the legend's order: the top op types
+        (largest first), then the no-work group and ``"other"``.
 
     Examples
     --------
@@ -193,9 +194,16 @@ def utilization(schedule, bins=100):
 
 def _busy_per_bin(edges, start, finish):
     """Fraction of each bin between ``edges`` covered by the intervals [start, finish)."""
-    # Busy time before each edge: every interval contributes its part before the edge.
-    before = np.clip(edges[:, None] - start[None, :], 0.0, (finish - start)[None, :]).sum(axis=1)
-    return np.diff(before) / np.diff(edges)
+    # Busy time before t: sum over intervals of clip(t - start, 0, duration)
+    #   = sum_{start < t} (t - start) - sum_{finish < t} (t - finish), from sorted ends.
+    def before(points):
+        points = np.sort(points)
+        k = np.searchsorted(points, edges, side="left")
+        csum = np.concatenate([[0.0], np.cumsum(points)])
+        return k * edges - csum[k]
+
+    busy = before(np.asarray(start, float)) - before(np.asarray(finish, float))
+    return np.diff(busy) / np.diff(edges)
 
 
 def plot_utilization(schedule, ax=None, bins=None, by_type=True, max_op_types=9):

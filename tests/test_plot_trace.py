@@ -104,6 +104,13 @@ def test_utilization_is_a_fraction_and_adds_up_to_each_devices_busy_time():
         per_device = (busy * np.diff(edges)).sum(axis=1)
         np.testing.assert_allclose(per_device, [dur[s.device == k].sum() for k in range(3)],
                                    rtol=1e-9)
+        # Each bin's busy fraction is the overlap of the device's ops with it, bin by bin.
+        k = int(s.device[0])
+        on = s.device == k
+        for b in (0, bins // 2, bins - 1):
+            lo, hi = edges[b], edges[b + 1]
+            overlap = np.clip(np.minimum(s.finish[on], hi) - np.maximum(s.start[on], lo), 0, None)
+            assert busy[k, b] == pytest.approx(overlap.sum() / (hi - lo), abs=1e-9)
     # The device an op alone runs on is fully busy in the bins inside it.
     one = schedule(OpGraph(["a"], [2.0], []), Cluster.homogeneous(2))
     _, busy = plot.utilization(one, bins=4)
