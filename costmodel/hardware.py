@@ -480,6 +480,30 @@ def _cpu_flops_per_cycle(flags: set) -> int:
     return 8
 
 
+#: Environment variable naming a file in ``/proc/cpuinfo`` format that
+#: :func:`cpu_preset` reads instead of this machine's, to see what fddps does on
+#: another CPU (the test suite runs its CPU-reading tests under two such files).
+CPUINFO_ENV = "FDDPS_CPUINFO"
+
+
+def _cpuinfo() -> tuple[str, bool]:
+    """The cpuinfo text and whether it is faked by :data:`CPUINFO_ENV`.
+
+    Raises
+    ------
+    CostModelError
+        If the variable names a file that cannot be read.
+    """
+    path = os.environ.get(CPUINFO_ENV)
+    if not path:
+        return _read("/proc/cpuinfo"), False
+    try:
+        with open(path) as f:
+            return f.read(), True
+    except OSError as e:
+        raise CostModelError(f"{CPUINFO_ENV}={path!r} cannot be read: {e.strerror}") from None
+
+
 def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
     """Analytic preset of this machine's CPU, read from ``/proc/cpuinfo`` and ``/proc/meminfo``.
 
@@ -495,8 +519,17 @@ def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
     most 100 GB/s (sustained STREAM-like figures of server cores; calibrate for
     better); capacity is the RAM in MemTotal. Overhead: 5 us per op (the
     TensorFlow executor's dispatch on CPU; calibrate for better).
+
+    With the environment variable ``FDDPS_CPUINFO`` naming a file in
+    ``/proc/cpuinfo`` format, that file's model, clock and flags are used
+    instead (cores and RAM are still this machine's).
+
+    Raises
+    ------
+    CostModelError
+        If ``cores < 1``, or ``FDDPS_CPUINFO`` names a file that cannot be read.
     """
-    info = _read("/proc/cpuinfo")
+    info, faked = _cpuinfo()
     if cores is None:
         try:
             cores = len(os.sched_getaffinity(0))
@@ -508,7 +541,8 @@ def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
     model = next(iter(re.findall(r"model name\s*:\s*(.+)", info)), "unknown CPU").strip()
     mhz = [float(x) for x in re.findall(r"cpu MHz\s*:\s*([\d.]+)", info)]
     ghz = re.findall(r"@\s*([\d.]+)\s*GHz", model)
-    max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip()
+    # A faked cpuinfo carries its own clock: this machine's cpufreq would contradict it.
+    max_khz = "" if faked else _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip()
     if max_khz.isdigit():
         clock = float(max_khz) * 1e3
     elif ghz:
@@ -523,7 +557,7 @@ def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
         name=name, device_type="CPU", peak_flops=cores * clock * per_cycle,
         memory_bandwidth=min(10 * GB * cores, 100 * GB), memory=memory, overhead=5e-6,
         compute_efficiency=0.5, memory_efficiency=0.5,
-        source=(f"this machine: {model}, {cores} core(s) x {clock / 1e9:.2f} GHz x {per_cycle} "
+        source=(f"{'FDDPS_CPUINFO=' + os.environ[CPUINFO_ENV] if faked else 'this machine'}: {model}, {cores} core(s) x {clock / 1e9:.2f} GHz x {per_cycle} "
                 f"FP32 FLOP/cycle (/proc/cpuinfo flags); RAM from /proc/meminfo; memory bandwidth "
                 f"assumed 10 GB/s per core; overhead and efficiencies assumed"))
 
@@ -626,20 +660,22 @@ _LINK_PRESETS = {
 class Presets(Mapping):
     """Read-only mapping of preset name -> :class:`DevicePreset` or :class:`LinkPreset`.
 
-    ``presets["cpu"]`` is this machine's CPU (all cores), read on first use.
+    ``presets["cpu"]`` is this machine's CPU (all cores), read on first use
+    (and again when ``FDDPS_CPUINFO`` names another cpuinfo file).
     ``presets["h100:fp32"]`` is ``presets["h100"].with_precision("fp32")``.
     ``presets.devices`` and ``presets.links`` hold each kind alone.
     """
 
     def __init__(self):
-        self._cpu = None
+        self._cpu = {}
 
     @property
     def devices(self) -> dict:
         """Device presets by name: ``k80``, ``p100``, ``v100``, ``a100``, ``h100``, ``cpu``."""
-        if self._cpu is None:
-            self._cpu = cpu_preset()
-        return {**_DEVICE_PRESETS, "cpu": self._cpu}
+        key = os.environ.get(CPUINFO_ENV)  # a faked CPU gets its own entry
+        if key not in self._cpu:
+            self._cpu[key] = cpu_preset()
+        return {**_DEVICE_PRESETS, "cpu": self._cpu[key]}
 
     @property
     def links(self) -> dict:
