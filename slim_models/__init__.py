@@ -52,11 +52,12 @@ from .training import (ALL_MODELS, LARGE_MODELS, MODELS, PAPER_TABLE3,
                        SPECS, DatasetPreset, TrainingGraph,
                        build_training_graph, count_parameters,
                        dataset_preset, graph_size, model_parameter_count,
-                       resolved_options, step_graph_def)
+                       parse_model_options, resolved_options, step_graph_def)
 
 __all__ = [
     "ALL_MODELS", "LARGE_MODELS", "MODELS", "PAPER_TABLE3", "SPECS",
     "DatasetPreset", "TrainingGraph", "build_training_graph",
     "count_parameters", "dataset_preset", "graph_size",
-    "model_parameter_count", "resolved_options", "step_graph_def",
+    "model_parameter_count", "parse_model_options", "resolved_options",
+    "step_graph_def",
 ]

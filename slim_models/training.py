@@ -200,6 +200,28 @@ def _spec(name: str) -> _Spec:
         raise ValueError(f"unknown model {name!r}; known: {ALL_MODELS}") from None
 
 
+def parse_model_options(items) -> Dict[str, Any]:
+    """Model options from the command line: ``["depth=152", "width=10"]`` ->
+    ``{"depth": 152, "width": 10}`` (values read as Python literals where
+    they parse, else kept as strings).
+
+    Raises:
+      ValueError: naming an item that is not ``KEY=VALUE``.
+    """
+    import ast
+
+    options = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"model option {item!r} is not KEY=VALUE")
+        try:
+            options[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            options[key.strip()] = value.strip()
+    return options
+
+
 def resolved_options(name: str, **options) -> Dict[str, Any]:
     """The options a model is built with: ``options`` over its defaults.
 

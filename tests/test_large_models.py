@@ -197,3 +197,49 @@ def test_place_small_instance_and_run_it(name, built, tf_config, tf_train_step):
     assert got.loss == pytest.approx(ref.loss, rel=1e-5)
     for a, b in zip(ref.variables, got.variables):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+# -- command line, experiments -------------------------------------------------------------------
+def test_cli_places_a_large_model_with_its_options(tmp_path, capsys):
+    from fddps.cli import main
+
+    out = tmp_path / "placed.pb"
+    assert main(["place", "--model", "rnn_lm", "--model-option", "num_layers=2",
+                 "hidden_size=16", "vocab_size=20", "seq_length=3", "--batch-size", "2",
+                 "--cpus", "2", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "rnn_lm training graph" in text and "hidden_size 16" in text
+    placed = v1.GraphDef()
+    placed.ParseFromString(out.read_bytes())
+    assert any("rnn_lm/lstm_1" in n.name for n in placed.node)
+    assert main(["place", "--model", "rnn_lm", "--model-option", "depth=50", "--cpus", "2",
+                 "--out", str(out)]) == 2
+    assert "takes no option 'depth'" in capsys.readouterr().err
+
+
+def test_model_table_lists_the_large_models(tmp_path, capsys):
+    import json
+
+    from experiments import common, model_table
+
+    path = tmp_path / "table.json"
+    assert model_table.main(["--models", "rnn_lm", "--model-option", "hidden_size=16",
+                             "vocab_size=20", "seq_length=3", "--batch", "2", "--run-large",
+                             "--steps", "1", "--no-imagenet-params", "--json", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "WResNet-152-10" in text and "RNN-10-8K" in text and "FlexFlow NMT" in text
+    data = json.loads(path.read_text())
+    (row,) = data["graphs"]
+    assert row["options"]["hidden_size"] == 16 and row["step_s"] > 0
+    assert row["params"] == rnn.rnn_lm_parameter_count(num_layers=2, hidden_size=16,
+                                                       vocab_size=20)["total"]
+    papers = {r["model"]: r for r in data["papers"]}
+    assert len(papers) == 12 + 9 + 2
+    assert abs(papers["WResNet-152-10"]["diff_pct"]) < 1
+    with pytest.raises(SystemExit):
+        model_table.main(["--models", "rnn_lm", "--model-option", "width=2", "--no-run"])
+
+    mg = common.load_model("nmt", 2, costmodel.default_cost_model(cpu=P100_AS_CPU),
+                           devices=["/device:CPU:0"], model_options=SMALL["nmt"])
+    assert mg.image_size is None and mg.ops > 500
+    assert mg.parameters == rnn.nmt_parameter_count(**SMALL["nmt"])["total"]
