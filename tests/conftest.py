@@ -39,6 +39,10 @@ CPUS = {"this-cpu": None, "avx2-2.0GHz": CPUINFO_DIR / "avx2-2.0GHz",
 
 
 def pytest_configure(config):
+    # Notebook kernels and workers run from other folders: a faked cpuinfo
+    # given relative to where pytest started must still be found there.
+    if os.environ.get("FDDPS_CPUINFO"):
+        os.environ["FDDPS_CPUINFO"] = os.path.abspath(os.environ["FDDPS_CPUINFO"])
     config.addinivalue_line("markers", "reads_cpu(*fakes): runs on this machine's CPU and on the "
                                        "faked CPUs named (default: all of CPUS), see tests/conftest.py")
 
