@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from fddps import Cluster, Device, OpGraph, available_algorithms, schedule
+from fddps.bounds import communication_lower_bound, lower_bound
 from fddps.errors import ClusterError, InvalidScheduleError
 from fddps.simulate import replay, peak_memory
 
@@ -101,10 +102,14 @@ def test_exact_equals_brute_force(instance):
     best = brute_force_optimum(graph, cluster)
     assert s.makespan == pytest.approx(best, rel=REL, abs=1e-12)
     assert s.info["lower_bound"] <= best * (1 + REL)
-    # No heuristic beats a proven optimum.
+    # No heuristic beats a proven optimum, and no bound exceeds it.
+    assert communication_lower_bound(graph, cluster) <= best * (1 + REL)
     for name in available_algorithms():
         if name != "exact":
-            assert schedule(graph, cluster, name).makespan >= s.makespan * (1 - REL), name
+            h = schedule(graph, cluster, name)
+            assert h.makespan >= s.makespan * (1 - REL), name
+            assert h.info["lower_bound"] <= best * (1 + REL), name
+            assert h.info.get("optimal", False) == (h.makespan <= h.info["lower_bound"] * (1 + 1e-9))
 
 
 @settings(max_examples=15, deadline=None, derandomize=True, phases=PHASES,
@@ -189,3 +194,48 @@ def test_unknown_warm_start_algorithm_is_named():
     g = OpGraph(list("ab"), [1.0, 1.0], [("a", "b", 1.0)])
     with pytest.raises(ValueError, match="nosuch"):
         schedule(g, Cluster.homogeneous(2), "exact", warm_start=("nosuch",))
+
+
+def test_communication_bound_beats_the_plain_one_on_a_costly_join():
+    # Two inputs of 4 s transfer into a join: serialise them on one device or pay.
+    g = OpGraph(list("abc"), [2.0, 2.0, 1.0], [("a", "c", 4.0), ("b", "c", 4.0)])
+    c = Cluster.homogeneous(2, bandwidth=1.0)
+    assert lower_bound(g, c) == 3.0
+    assert communication_lower_bound(g, c) == 5.0
+    s = schedule(g, c, "fddps")
+    assert s.info["lower_bound"] == 5.0 and s.makespan == 5.0 and s.info["optimal"]
+    s = schedule(g, c, "heft")  # spreads a and b, then pays a transfer
+    assert s.makespan == 7.0 and "optimal" not in s.info
+
+
+def test_bound_counts_pins_and_device_types():
+    # a and b pinned apart: the join pays one transfer whatever is done.
+    g = OpGraph(list("abc"), [2.0, 2.0, 1.0], [("a", "c", 4.0), ("b", "c", 4.0)],
+                pinned={"a": "0", "b": "1"})
+    c = Cluster.homogeneous(2, bandwidth=1.0)
+    assert communication_lower_bound(g, c) == 7.0
+    assert schedule(g, c, "exact").makespan == 7.0
+    # Three GPU-only ops of 2 s and one GPU among a GPU and a CPU: 6 s of GPU work.
+    g = OpGraph(list("xyz"), [[2.0, float("inf")]] * 3, device_types=["GPU", "CPU"])
+    c = Cluster([Device("g", "GPU"), Device("c", "CPU")])
+    assert lower_bound(g, c) == 3.0 and communication_lower_bound(g, c) == 6.0
+
+
+def test_placement_summary_reports_the_gap():
+    tf = pytest.importorskip("tensorflow")
+    from fddps.tf import place
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
+        w = tf.compat.v1.get_variable("w", [16, 16])
+        y = tf.nn.relu(tf.matmul(x, w), name="y")
+        tf.reduce_sum(tf.matmul(y, w) + tf.matmul(y, tf.transpose(w)), name="out")
+    p = place(graph.as_graph_def(), ["/cpu:0", "/cpu:1"], fetches=["out"])
+    bound = p.schedule.info["lower_bound"]
+    assert 0 < bound <= p.makespan
+    text = p.summary()
+    if p.schedule.info.get("optimal"):
+        assert "optimal (proven)" in text
+    else:
+        assert f"within {p.makespan / bound - 1:.1%} of optimal" in text

@@ -173,10 +173,25 @@ class Scheduler:
                     f"remote inputs), over its capacity of {capacity:.6g}", peak, capacity)
         result.info.setdefault("search_seconds", time.perf_counter() - t0)
         result.algorithm = self.name
+        _add_lower_bound(result)
         return result
 
     def _schedule(self, graph, cluster) -> Schedule:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+def _add_lower_bound(result):
+    """Put the best makespan bound known into ``result.info["lower_bound"]``: the
+    algorithm's own (the exact solver's) or :func:`fddps.bounds.communication_lower_bound`,
+    whichever is larger; and ``info["optimal"] = True`` where the makespan meets it."""
+    from ..bounds import communication_lower_bound  # bounds builds on this module
+
+    bound = communication_lower_bound(result.graph, result.cluster)
+    own = result.info.get("lower_bound")
+    bound = min(max(bound, own if own is not None else 0.0), result.makespan)
+    result.info["lower_bound"] = bound
+    if result.makespan <= bound * (1 + 1e-9):
+        result.info["optimal"] = True
 
 
 class _Block:

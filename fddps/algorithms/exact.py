@@ -83,6 +83,7 @@ import time
 
 import numpy as np
 
+from ..bounds import identical_device_classes
 from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
 from .base import (PlacementState, Scheduler, get_algorithm, memory_overflow, register,
@@ -334,7 +335,7 @@ def _solve(graph, cluster, heuristics, memory_model, options) -> Schedule:
     if memory_model == "peak":
         _add_peak_memory(model, graph, cluster, x, start, end, horizon, comm, unit)
 
-    classes = _identical_devices(graph, cluster, et, allowed, state)
+    classes = identical_device_classes(graph, cluster, et, allowed, state.capacity)
     for cls in classes:
         for t in range(len(cls) - 1):
             prev, cur = cls[t], cls[t + 1]
@@ -491,42 +492,6 @@ def _integer_replay(graph, device, order, dur, comm):
             if waiting[j] == 0:
                 stack.append(j)
     return start, end
-
-
-def _identical_devices(graph, cluster, et, allowed, state) -> list[list[int]]:
-    """Classes (of two or more) of interchangeable devices, each sorted.
-
-    Devices ``k`` and ``l`` are interchangeable when swapping them changes
-    nothing: same execution-time column, memory and type, the link matrices
-    unchanged by the swap, and every op allowed on both or on neither.
-    """
-    m = cluster.num_devices
-    lat, bw = cluster.latency, cluster.bandwidth
-    allowed_sets = [set(a) for a in allowed]
-
-    def swap_invariant(k, l):
-        perm = np.arange(m)
-        perm[[k, l]] = [l, k]
-        if not (np.array_equal(lat[np.ix_(perm, perm)], lat)
-                and np.array_equal(bw[np.ix_(perm, perm)], bw)):
-            return False
-        if cluster.devices[k].type != cluster.devices[l].type:
-            return False
-        if state.capacity[k] != state.capacity[l]:
-            return False
-        if not np.array_equal(et[:, k], et[:, l]):
-            return False
-        return all((k in a) == (l in a) for a in allowed_sets)
-
-    classes: list[list[int]] = []
-    for k in range(m):
-        for cls in classes:
-            if swap_invariant(cls[0], k):
-                cls.append(k)
-                break
-        else:
-            classes.append([k])
-    return [c for c in classes if len(c) > 1]
 
 
 def _canonical_devices(device, classes) -> np.ndarray:
