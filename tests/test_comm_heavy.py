@@ -32,3 +32,31 @@ def test_comm_heavy_smoke(tmp_path, capsys):
     assert (results.ratio >= 1 - 1e-9).all()  # exact is warm-started from both
     assert out.with_suffix(".png").exists()
     assert set(summary.algorithm) == {"exact", "fddps", "heft"}
+
+
+def test_local_search_helps_fddps_when_transfers_dominate():
+    import fddps
+
+    g, c = comm_heavy.make_graph("random", 20, 10.0), comm_heavy.cluster(4)
+    plain = fddps.schedule(g, c, "fddps", local_search=False).validate()
+    searched = fddps.schedule(g, c, "fddps").validate()
+    assert searched.makespan < 0.95 * plain.makespan
+    assert searched.info["local_search_moves"] > 0
+    assert searched.makespan >= searched.info["lower_bound"]
+
+
+def test_local_search_keeps_memory_pins_and_colocation():
+    import numpy as np
+    import fddps
+    from fddps import Cluster, Device, OpGraph
+
+    g = comm_heavy.make_graph("fork_join", 10, 10.0)
+    # Each device holds at most 4 ops' persistent bytes; t1 pinned; t2 with t3.
+    g = OpGraph(g.names, g.cost[:, 0], [(g.names[a], g.names[b], w) for a, b, w in
+                                        zip(g.src, g.dst, g.bytes)],
+                memory=np.ones(10), pinned={"t1": "d1"},
+                colocation=[None, None, "x", "x"] + [None] * 6)
+    c = Cluster([Device(f"d{k}", memory=4.0) for k in range(3)], bandwidth=1.0)
+    s = fddps.schedule(g, c, "fddps").validate()
+    assert s.placement["t1"] == "d1" and s.placement["t2"] == s.placement["t3"]
+    assert np.bincount(s.device, minlength=3).max() <= 4

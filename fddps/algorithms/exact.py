@@ -86,6 +86,7 @@ import numpy as np
 from ..bounds import identical_device_classes
 from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
+from .local_search import edge_transfer_table, replay_table
 from .base import (PlacementState, Scheduler, get_algorithm, memory_overflow, register,
                    reserving_transient, _RESERVE_TRANSIENT)
 
@@ -260,7 +261,7 @@ def _solve(graph, cluster, heuristics, memory_model, options) -> Schedule:
             return _finish(best, 0.0, True, "OPTIMAL", seeds[0][1], seeds[0][0])
     unit = max(upper, 1e-300) / TICKS
     dur = np.where(np.isfinite(et), np.floor(et / unit), 0).astype(np.int64)
-    comm = _comm_ticks(graph, cluster, unit)   # (e, m, m) or (e,) when uniform
+    comm = np.floor(edge_transfer_table(graph, cluster) / unit).astype(np.int64)  # (e,) or (e, m, m)
     uniform = comm.ndim == 1
     horizon = int(_serial_ticks(dur, allowed, comm)) + 1
     if seeds:
@@ -361,7 +362,7 @@ def _solve(graph, cluster, heuristics, memory_model, options) -> Schedule:
         for k_old, seq in enumerate(hint.order):
             for i in seq.tolist():
                 order[device[i]].append(i)
-        hs, he = _integer_replay(graph, device, order, dur, comm)
+        hs, he = replay_table(graph, device, order, dur, comm)
         span = int(max(he[i] for i in sinks))
         model.Add(makespan <= span)
         hinted = set()  # a colocation group's literals are shared: hint them once
@@ -423,21 +424,6 @@ def _finish(schedule, bound, optimal, status, warm_name, warm_makespan) -> Sched
     return out
 
 
-def _comm_ticks(graph, cluster, unit):
-    """Transfer time of each edge in ticks, rounded down: shape ``(e,)`` when every link
-    is alike, else ``(e, m, m)`` (0 on the diagonal)."""
-    m = cluster.num_devices
-    if m == 1:
-        return np.zeros(graph.num_edges, dtype=np.int64)
-    off = ~np.eye(m, dtype=bool)
-    lat, inv = cluster.latency[off], cluster.inv_bandwidth[off]
-    if np.all(lat == lat[0]) and np.all(inv == inv[0]):
-        return np.floor((lat[0] + graph.bytes * inv[0]) / unit).astype(np.int64)
-    t = cluster.latency[None] + graph.bytes[:, None, None] * cluster.inv_bandwidth[None]
-    t[:, ~off] = 0.0
-    return np.floor(t / unit).astype(np.int64)
-
-
 def _serial_bound(graph, cluster, et, allowed) -> float:
     """Makespan of some schedule, when no heuristic gave one: every op at its slowest
     allowed device time, every edge at its slowest transfer, one after another."""
@@ -455,43 +441,6 @@ def _serial_ticks(dur, allowed, comm) -> int:
     if comm.size:
         total += int(comm.sum() if comm.ndim == 1 else comm.max(axis=(1, 2)).sum())
     return total
-
-
-def _integer_replay(graph, device, order, dur, comm):
-    """Start and end ticks of a placement and per-device order, as early as allowed."""
-    n = graph.num_ops
-    prev = [-1] * n
-    for seq in order:
-        for a, b in zip(seq, seq[1:]):
-            prev[b] = a
-    waiting = np.diff(graph.pred_ptr).tolist()
-    for i in range(n):
-        waiting[i] += prev[i] >= 0
-    nxt = [-1] * n
-    for i in range(n):
-        if prev[i] >= 0:
-            nxt[prev[i]] = i
-    start, end = [0] * n, [0] * n
-    stack = [i for i in range(n) if waiting[i] == 0]
-    sp, si, se = graph.succ_ptr.tolist(), graph.succ_idx.tolist(), graph.succ_eid.tolist()
-    while stack:
-        i = stack.pop()
-        end[i] = start[i] + int(dur[i, device[i]])
-        for q in range(sp[i], sp[i + 1]):
-            j, e = si[q], se[q]
-            w = 0 if device[i] == device[j] else int(comm[e] if comm.ndim == 1
-                                                      else comm[e, device[i], device[j]])
-            start[j] = max(start[j], end[i] + w)
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                stack.append(j)
-        j = nxt[i]
-        if j >= 0:
-            start[j] = max(start[j], end[i])
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                stack.append(j)
-    return start, end
 
 
 def _canonical_devices(device, classes) -> np.ndarray:
