@@ -60,3 +60,12 @@ def test_local_search_keeps_memory_pins_and_colocation():
     s = fddps.schedule(g, c, "fddps").validate()
     assert s.placement["t1"] == "d1" and s.placement["t2"] == s.placement["t3"]
     assert np.bincount(s.device, minlength=3).max() <= 4
+
+
+def test_exact_reach_smoke(tmp_path, capsys):
+    from experiments import exact_reach
+
+    df = exact_reach.main(["--sizes", "8", "--limits", "2", "--ccr", "1", "--devices", "2",
+                           "--out", str(tmp_path / "reach.csv")])
+    assert df.proven.all() and (df.gap.abs() < 1e-6).all()
+    assert "largest size proven" in capsys.readouterr().out
