@@ -40,7 +40,7 @@ SIZES = (10, 20, 30)
 CCRS = (0.1, 1.0, 10.0)
 DEVICES = (2, 4, 8, 16)
 #: Compared with the exact solver's schedule.
-ALGORITHMS = ("fddps", "fddps:improve=False", "heft", "etf", "fastt", "mpdps", "topo", "single")
+ALGORITHMS = ("fddps", "fddps:local_search=False", "fddps:improve=False", "heft", "etf", "fastt", "mpdps", "topo", "single")
 
 
 def instance_seed(shape: str, size: int, ccr: float) -> int:

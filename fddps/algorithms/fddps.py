@@ -107,11 +107,12 @@ class FDDPS(Scheduler):
         graphs below 5,000 ops (enough for the STG targets), one pass at 100k ops.
     restarts, seed
         Perturbed restarts of the refinement, and their random seed.
-    local_search : bool
+    local_search : bool or None
         Finish with a descent that moves single ops between devices, each move
         scored by replaying the step (:mod:`fddps.algorithms.local_search`; not
-        in the paper, default True), from the schedule and from the best
-        single-device one. It is what keeps ``fddps`` near the optimum when
+        in the paper), from the schedule and from the best single-device one.
+        Default ``None``: as ``improve``, so ``improve=False`` stays the
+        paper's algorithm alone. It is what keeps ``fddps`` near the optimum when
         transfers dominate (README, "Exact schedules").
     local_search_max_ops : int
         Graphs with more ops skip the local search (default 300): each move
@@ -127,7 +128,7 @@ class FDDPS(Scheduler):
 
     def __init__(self, insertion=True, lookahead=True, prefer_parent=True,
                  single_device_guard=True, improve=True, improve_budget=None,
-                 restarts=10, seed=0, split=True, local_search=True, local_search_max_ops=300):
+                 restarts=10, seed=0, split=True, local_search=None, local_search_max_ops=300):
         self.local_search = local_search
         self.local_search_max_ops = local_search_max_ops
         self.insertion = insertion
@@ -161,7 +162,8 @@ class FDDPS(Scheduler):
                 if candidate.makespan < result.makespan:
                     result = candidate
         single = None
-        if (self.single_device_guard or self.local_search) and cluster.num_devices > 1:
+        local_search = self.improve if self.local_search is None else self.local_search
+        if (self.single_device_guard or local_search) and cluster.num_devices > 1:
             k, single_time = best_single_device(state)
             if k is not None:
                 device = np.full(graph.num_ops, k, dtype=np.int64)
@@ -175,7 +177,7 @@ class FDDPS(Scheduler):
         replays = self._local_search_replays(graph)
         # Only where transfers cost something (what the moves trade against),
         # and the schedule is not already at the bound.
-        if (self.local_search and replays and cluster.num_devices > 1
+        if (local_search and replays and cluster.num_devices > 1
                 and np.any(cluster.mean_transfer_time(graph.bytes) > 0)
                 and result.makespan > communication_lower_bound(graph, cluster) * (1 + 1e-9)):
             # From the list schedule and from everything on one device: the
