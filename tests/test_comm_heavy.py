@@ -69,3 +69,17 @@ def test_exact_reach_smoke(tmp_path, capsys):
                            "--out", str(tmp_path / "reach.csv")])
     assert df.proven.all() and (df.gap.abs() < 1e-6).all()
     assert "largest size proven" in capsys.readouterr().out
+
+
+def test_stg_exact_smoke(tmp_path, capsys):
+    from experiments import stg_exact, stg_quality
+
+    try:
+        stg_quality.stg_root(None)
+    except FileNotFoundError:
+        pytest.skip("no STG benchmark set (set FDDPS_STG)")
+    df = stg_exact.main(["--sizes", "50", "--procs", "16", "--per-case", "1", "--time-limit", "2",
+                         "--out", str(tmp_path / "stg_exact.csv")])
+    assert len(df) == 1 and (df.makespan >= df.optimum * (1 - 1e-9)).all()
+    assert (df.lower_bound <= df.optimum * (1 + 1e-9)).all()
+    assert "a SAMPLE" in capsys.readouterr().out
