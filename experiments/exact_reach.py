@@ -39,7 +39,7 @@ def run(sizes, limits, ccrs, devices=4, shape="random") -> pd.DataFrame:
                                  seconds=time.perf_counter() - t))
                 r = rows[-1]
                 print(f"limit {limit:g} s, CCR {ccr:g}, {n} tasks: "
-                      f"{'proven' if r['proven'] else 'gap %.1f%%' % (100 * r['gap'])} "
+                      f"{'proven' if r['proven'] else 'gap %.3f%%' % (100 * r['gap'])} "
                       f"in {r['seconds']:.1f} s", flush=True)
     return pd.DataFrame(rows)
 
