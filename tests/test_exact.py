@@ -239,3 +239,13 @@ def test_placement_summary_reports_the_gap():
         assert "optimal (proven)" in text
     else:
         assert f"within {p.makespan / bound - 1:.1%} of optimal" in text
+
+
+def test_whole_number_times_round_the_bound_up():
+    # Three independent 1 s ops on 2 devices: work / devices = 1.5, but every
+    # makespan is a whole number, so 2 is a bound, and met.
+    g = OpGraph(list("abc"), [1.0, 1.0, 1.0])
+    s = schedule(g, Cluster.homogeneous(2), "heft")
+    assert s.info["lower_bound"] == 2.0 and s.info["optimal"]
+    g = OpGraph(list("abc"), [1.0, 1.0, 1.5])
+    assert schedule(g, Cluster.homogeneous(2), "heft").info["lower_bound"] == 1.75
