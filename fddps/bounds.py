@@ -26,3 +26,156 @@ def lower_bound(graph, cluster) -> float:
     critical_path = float(bottom_levels(graph, fastest, np.zeros(graph.num_edges)).max())
     work = float(np.sum(np.min(et * cluster.speed, axis=1)) / cluster.speed.sum())
     return max(critical_path, work)
+
+
+def communication_lower_bound(graph, cluster) -> float:
+    """A makespan bound that counts transfers: at least :func:`lower_bound`.
+
+    Three bounds, each valid for every schedule (any placement and order on
+    ``cluster``, with the graph's kernels, pins and colocation as
+    :class:`~fddps.algorithms.base.PlacementState` reads them); the largest
+    is returned:
+
+    1. :func:`lower_bound` (critical path at fastest speed; total work).
+    2. Work per device type: ops that can run only on devices of one type
+       ``T`` must share them, so the makespan is at least their summed
+       cheapest work ``sum_i min_k ET(i, k) * speed_k`` over the summed speed
+       of the ``T`` devices.
+    3. A path bound with transfers. ``F(o)``, a lower bound on the finish of
+       ``o``, is ``min over devices k allowed for o of S(o, k) + ET(o, k)``
+       where ``S(o, k)`` bounds its start if it runs on ``k``. Each parent
+       ``p`` either runs on ``k`` or not. Not on ``k``, its output arrives no
+       sooner than ``F(p) + w(p, k)``, ``w`` the cheapest transfer of the
+       edge's bytes from a device ``p`` may use other than ``k`` to ``k``.
+       On ``k`` (only if allowed there), it finishes no sooner than ``F(p)``,
+       and the parents on ``k`` run one after another, so the last of them
+       ends no sooner than their summed ``ET(., k)``. For the set ``P`` of
+       parents on ``k`` the start is thus at least ``max(max_{p not in P}
+       (F(p) + w(p, k)), max_{p in P} F(p), sum_{p in P} ET(p, k))``. Sorting
+       parents by ``F(p) + w(p, k)`` decreasingly, every parent before the
+       first one left off ``k`` must be on ``k`` for the first term to drop
+       below that one's value, and putting more on ``k`` only raises the
+       other two terms; so the minimum over all sets is the minimum over the
+       prefixes of that order (a parent that cannot run on ``k`` ends the
+       prefixes), and ``S(o, k)`` is that minimum. The makespan is at least
+       ``max_o F(o)``. With every parent allowed on ``k`` and free transfers
+       this is the plain critical path; it grows where transfers cannot be
+       avoided without serialising parents.
+
+    Returns
+    -------
+    float
+        Seconds; 0 for an empty graph.
+
+    Raises
+    ------
+    InfeasibleError, ClusterError
+        As :class:`~fddps.algorithms.base.PlacementState` (an op no device
+        can run, a pin to an unknown device).
+
+    Examples
+    --------
+    A join whose inputs are costly to move: run both parents where the join
+    runs (one after the other) or pay a transfer.
+
+    >>> from fddps import OpGraph, Cluster
+    >>> g = OpGraph(list("abc"), [2.0, 2.0, 1.0], [("a", "c", 4.0), ("b", "c", 4.0)])
+    >>> c = Cluster.homogeneous(2, bandwidth=1.0)
+    >>> lower_bound(g, c), communication_lower_bound(g, c)
+    (3.0, 5.0)
+    """
+    from .algorithms.base import PlacementState
+
+    if graph.num_ops == 0:
+        return 0.0
+    n, m = graph.num_ops, cluster.num_devices
+    state = PlacementState(graph, cluster, reserve_transient=False)
+    et, allowed = state.et, state.allowed
+    best = lower_bound(graph, cluster)
+    # 2. Work per device type.
+    types = [d.type for d in cluster.devices]
+    for t in set(types):
+        devs = [k for k in range(m) if types[k] == t]
+        only = [i for i in range(n) if set(allowed[i]) <= set(devs)]
+        if only and len(devs) < m:
+            work = sum(min(et[i, k] * cluster.speed[k] for k in allowed[i]) for i in only)
+            best = max(best, work / float(cluster.speed[devs].sum()))
+    # 3. The path bound with transfers; interchangeable devices give equal
+    # S(o, k), so one device of each class is enough.
+    reps = {cls[0] for cls in identical_device_classes(graph, cluster, et, allowed,
+                                                       keep_singletons=True)}
+    lat, inv = cluster.latency, cluster.inv_bandwidth
+    uniform = state.uniform_links
+    lat0, inv0 = state._link if uniform else (0.0, 0.0)
+    finish = np.zeros(n)
+    pred_ptr, pred_idx, pred_eid = graph.pred_ptr, graph.pred_idx, graph.pred_eid
+    for o in graph.topo.tolist():
+        parents = pred_idx[pred_ptr[o]:pred_ptr[o + 1]].tolist()
+        nbytes = graph.bytes[pred_eid[pred_ptr[o]:pred_ptr[o + 1]]]
+        f_best = np.inf
+        for k in allowed[o]:
+            if k not in reps:
+                continue
+            arrive = []
+            for p, b in zip(parents, nbytes.tolist()):
+                if uniform:
+                    w = lat0 + b * inv0 if allowed[p] != [k] else np.inf
+                else:
+                    w = min((lat[a, k] + b * inv[a, k] for a in allowed[p] if a != k),
+                            default=np.inf)
+                on_k = k in allowed[p]
+                arrive.append((finish[p] + w, finish[p], et[p, k] if on_k else np.inf, on_k))
+            arrive.sort(key=lambda t: -t[0])
+            start, serial, latest = np.inf, 0.0, 0.0
+            for j in range(len(arrive) + 1):
+                # Parents 0..j-1 on k, parent j (if any) and the rest off it.
+                first_off = arrive[j][0] if j < len(arrive) else 0.0
+                start = min(start, max(first_off, serial, latest))
+                if j == len(arrive) or not arrive[j][3]:
+                    break
+                serial += arrive[j][2]
+                latest = max(latest, arrive[j][1])
+            f_best = min(f_best, start + et[o, k])
+        finish[o] = f_best
+    return float(max(best, finish.max()))
+
+
+def identical_device_classes(graph, cluster, et, allowed, capacity=None, keep_singletons=False):
+    """Classes of interchangeable devices, each sorted by index.
+
+    Devices ``k`` and ``l`` are interchangeable when swapping them changes
+    nothing about the problem: the same type, execution-time column
+    (``et``, shape ``(n, m)``) and capacity (``capacity``, default the
+    cluster's memory), link matrices unchanged by the swap, and every op
+    allowed (``allowed``: per op, its devices) on both or on neither.
+
+    Returns
+    -------
+    list of lists of int
+        Classes of two or more devices (every class with ``keep_singletons``).
+    """
+    m = cluster.num_devices
+    lat, bw = cluster.latency, cluster.bandwidth
+    capacity = cluster.memory if capacity is None else np.asarray(capacity)
+    allowed_sets = [set(a) for a in allowed]
+
+    def swap_invariant(k, l):
+        if (cluster.devices[k].type != cluster.devices[l].type or capacity[k] != capacity[l]
+                or not np.array_equal(et[:, k], et[:, l])):
+            return False
+        perm = np.arange(m)
+        perm[[k, l]] = [l, k]
+        if not (np.array_equal(lat[np.ix_(perm, perm)], lat)
+                and np.array_equal(bw[np.ix_(perm, perm)], bw)):
+            return False
+        return all((k in a) == (l in a) for a in allowed_sets)
+
+    classes: list[list[int]] = []
+    for k in range(m):
+        for cls in classes:
+            if swap_invariant(cls[0], k):
+                cls.append(k)
+                break
+        else:
+            classes.append([k])
+    return classes if keep_singletons else [c for c in classes if len(c) > 1]

@@ -6,6 +6,6 @@ with a :class:`~fddps.algorithms.base.Scheduler` subclass decorated with
 """
 
 from .base import Scheduler, available_algorithms, get_algorithm, parse_algorithm, register
-from . import etf, fastt, fddps, heft, mpdps, single  # noqa: F401  (registration)
+from . import etf, exact, fastt, fddps, heft, mpdps, single  # noqa: F401  (registration)
 
 __all__ = ["Scheduler", "available_algorithms", "get_algorithm", "parse_algorithm", "register"]

@@ -74,10 +74,12 @@ import heapq
 
 import numpy as np
 
+from ..bounds import communication_lower_bound
 from ..schedule import Schedule
 from .base import PlacementState, Scheduler, bottom_levels, register
 from ..split import schedule_with_splits
 from .justify import forward_backward_improve
+from .local_search import move_search
 from .single import best_single_device
 
 
@@ -105,6 +107,16 @@ class FDDPS(Scheduler):
         graphs below 5,000 ops (enough for the STG targets), one pass at 100k ops.
     restarts, seed
         Perturbed restarts of the refinement, and their random seed.
+    local_search : bool or None
+        Finish with a descent that moves single ops between devices, each move
+        scored by replaying the step (:mod:`fddps.algorithms.local_search`; not
+        in the paper), from the schedule and from the best single-device one.
+        Default ``None``: as ``improve``, so ``improve=False`` stays the
+        paper's algorithm alone. It is what keeps ``fddps`` near the optimum when
+        transfers dominate (README, "Exact schedules").
+    local_search_max_ops : int
+        Graphs with more ops skip the local search (default 300): each move
+        costs a replay of the whole step.
     split : bool
         Split the graph's :attr:`~fddps.OpGraph.split_candidates` where the
         cost model says it pays (:mod:`fddps.split`), and keep the split graph
@@ -116,7 +128,9 @@ class FDDPS(Scheduler):
 
     def __init__(self, insertion=True, lookahead=True, prefer_parent=True,
                  single_device_guard=True, improve=True, improve_budget=None,
-                 restarts=10, seed=0, split=True):
+                 restarts=10, seed=0, split=True, local_search=None, local_search_max_ops=300):
+        self.local_search = local_search
+        self.local_search_max_ops = local_search_max_ops
         self.insertion = insertion
         self.lookahead = lookahead
         self.prefer_parent = prefer_parent
@@ -147,17 +161,45 @@ class FDDPS(Scheduler):
                 candidate = better.to_schedule(self.name)
                 if candidate.makespan < result.makespan:
                     result = candidate
-        if self.single_device_guard and cluster.num_devices > 1:
+        single = None
+        local_search = self.improve if self.local_search is None else self.local_search
+        if (self.single_device_guard or local_search) and cluster.num_devices > 1:
             k, single_time = best_single_device(state)
-            if k is not None and single_time < result.makespan:
+            if k is not None:
                 device = np.full(graph.num_ops, k, dtype=np.int64)
                 order = [np.zeros(0, dtype=np.int64)] * cluster.num_devices
                 order[k] = graph.topo
-                stats["single_device_fallback"] = True
-                result = Schedule.from_order(graph, cluster, device, order, self.name,
+                single = Schedule.from_order(graph, cluster, device, order, self.name,
                                              exec_time=state.et)
+        if self.single_device_guard and single is not None and single.makespan < result.makespan:
+            stats["single_device_fallback"] = True
+            result = single
+        replays = self._local_search_replays(graph)
+        # Only where transfers cost something (what the moves trade against),
+        # and the schedule is not already at the bound.
+        if (local_search and replays and cluster.num_devices > 1
+                and np.any(cluster.mean_transfer_time(graph.bytes) > 0)
+                and result.makespan > communication_lower_bound(graph, cluster) * (1 + 1e-9)):
+            # From the list schedule and from everything on one device: the
+            # second is where high-communication optima usually lie near.
+            stats["local_search_replays"] = stats["local_search_moves"] = 0
+            for start in [result] + ([single] if single is not None and single is not result else []):
+                found, ls_stats = move_search(start, state.allowed, max_replays=replays,
+                                              exec_time=state.et)
+                for key, value in ls_stats.items():
+                    stats[key] += value
+                if found.makespan < result.makespan * (1 - 1e-9):
+                    result = found
+                    stats["local_search_improved"] = True
         result.info.update(stats)
         return result
+
+    def _local_search_replays(self, graph) -> int:
+        """Replays the move search may spend from each start: about 1e5 op-or-edge
+        visits, at most 1,000, none on graphs over ``local_search_max_ops``."""
+        if graph.num_ops > self.local_search_max_ops:
+            return 0
+        return min(1000, 100_000 // max(graph.num_ops + graph.num_edges, 1))
 
     def _find_slot(self, state: PlacementState, i: int, child: int, latest_finish: float):
         """Device and start time for op ``i`` (the paper's Find_Slot, Algorithm 2).

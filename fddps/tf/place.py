@@ -623,6 +623,12 @@ class Placement:
                f"(speedup {best_single / s.makespan:.2f}x)"
                if s.makespan > 0 and np.isfinite(best_single) else ""),
         ]
+        bound = s.info.get("lower_bound")
+        if s.info.get("optimal"):
+            lines.append("optimal (proven)")
+        elif bound and bound > 0:
+            lines.append(f"within {s.makespan / bound - 1:.1%} of optimal (lower bound "
+                         f"{bound * scale:.4g} {unit})")
         executor = self.executor_makespan
         if executor > s.makespan * 1.01:
             lines.append(
