@@ -58,7 +58,8 @@ def schedule(graph, cluster, algorithm: str = "fddps", **options) -> Schedule:
 
 
 def place(graph_def, devices, **kwargs):
-    """Place a TensorFlow graph on devices; see :func:`fddps.tf.place`."""
+    """Place a TensorFlow graph, a Keras model or a ``tf.function`` step on devices;
+    see :func:`fddps.tf.place` and :func:`fddps.tf.place_step`."""
     from .tf import place as _place
 
     return _place(graph_def, devices, **kwargs)

@@ -408,8 +408,12 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
 
     Parameters
     ----------
-    graph_def : GraphDef, tf.Graph, bytes or path
-        The training graph (never modified).
+    graph_def : GraphDef, tf.Graph, bytes or path; or keras.Model or tf.function
+        The training graph (never modified). A Keras model or a ``tf.function``
+        training step is traced, placed and returned runnable
+        (:func:`fddps.tf.functions.place_step`): ``place(model, devices,
+        loss=..., optimizer=..., batch=(x, y))`` or ``place(step_fn, devices,
+        example_inputs)``.
     devices : list of str, or Cluster
         TensorFlow device strings (``"/device:CPU:0"``,
         ``"/job:worker/replica:0/task:1/device:GPU:0"``, ``"/cpu:1"``), or a
@@ -467,6 +471,17 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     """
     from ..algorithms import get_algorithm
 
+    if callable(graph_def):  # a Keras model or a tf.function step: fddps.tf.functions
+        from .functions import place_step
+
+        if cost_model is not None and not hasattr(cost_model, "op_times"):
+            # place(step_fn, devices, example_inputs): a step's third argument is its inputs
+            if "example_inputs" in options:
+                raise FddpsError("example_inputs given twice (third argument and keyword)")
+            options["example_inputs"], cost_model = cost_model, None
+        return place_step(graph_def, devices, cost_model=cost_model, algorithm=algorithm,
+                          memory=memory, override=override, fetches=fetches,
+                          enforce_order=enforce_order, unknown_dim=unknown_dim, **options)
     t0 = time.perf_counter()
     if enforce_order and fetches is None:
         raise FddpsError("enforce_order=True needs fetches=[...] (the ops a training step runs): "
