@@ -154,18 +154,23 @@ def _keras_step(model, loss, optimizer, batch):
             raise FddpsError(f"place(keras_model, ...) needs {name}=...: model "
                              f"{model.name!r} is not compiled with a {name} "
                              "(pass loss= and optimizer=, or model.compile(...) first)")
-    if loss is not None or optimizer is not None:
-        model.compile(optimizer=optimizer if optimizer is not None else model.optimizer,
-                      loss=loss if loss is not None else model.loss)
     specs = _specs(tuple(batch), "batch")
     x, y = (tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), s) for s in specs)
-    # Variables (weights, optimizer slots, metric totals) must exist before the
-    # trace, as model.fit makes them: the step then captures them, not creates them.
-    if hasattr(model, "_symbolic_build"):
-        model._symbolic_build(data_batch=(x, y, None))
-    else:  # pragma: no cover - other Keras versions
-        model(x)
-        model.optimizer.build(model.trainable_variables)
+    # The variables made here (optimizer slots, metric totals) go where the
+    # model's weights are, which may be another task's device.
+    weights = list(model.weights)
+    home = getattr(getattr(weights[0], "value", weights[0]), "device", "") if weights else ""
+    with tf.device(home or None):
+        if loss is not None or optimizer is not None:
+            model.compile(optimizer=optimizer if optimizer is not None else model.optimizer,
+                          loss=loss if loss is not None else model.loss)
+        # Variables (weights, slots, metric totals) must exist before the trace,
+        # as model.fit makes them: the step then captures them, not creates them.
+        if hasattr(model, "_symbolic_build"):
+            model._symbolic_build(data_batch=(x, y, None))
+        else:  # pragma: no cover - other Keras versions
+            model(x)
+            model.optimizer.build(model.trainable_variables)
 
     def keras_train_step(x, y):
         return model.train_step((x, y))
@@ -176,9 +181,7 @@ def _keras_step(model, loss, optimizer, batch):
 def _function_step(step, example_inputs):
     """The concrete function of a ``tf.function`` (or plain Python) step for the example inputs."""
     tf = _tf()
-    from tensorflow.python.types.core import ConcreteFunction, GenericFunction
-
-    if isinstance(step, ConcreteFunction):
+    if isinstance(step, tf.types.experimental.ConcreteFunction):
         args = step.structured_input_signature[0]
         return step, args
     if example_inputs is None:
@@ -188,7 +191,7 @@ def _function_step(step, example_inputs):
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     specs = _specs(tuple(example_inputs), "example_inputs")
-    fn = step if isinstance(step, GenericFunction) else tf.function(step)
+    fn = step if isinstance(step, tf.types.experimental.PolymorphicFunction) else tf.function(step)
     return fn.get_concrete_function(*specs), specs
 
 
@@ -255,7 +258,8 @@ def _check_pins(step_graph, devices):
             raise ClusterError(
                 f"{what} lives on {ext.device}, which is none of the devices given {names}: "
                 "the placed step updates the step's own variables where they are, so their "
-                "device must be one of the devices (create them under tf.device(...) on one)")
+                "device must be one of the devices (create them, and a Keras model's optimizer, "
+                "under tf.device(...) on one)")
 
 
 def _restore_placeholders(graph_def, placeholders):
