@@ -336,7 +336,7 @@ def _unreadable_op(graph_def):
 # -- place and run --------------------------------------------------------------------------------
 def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None, batch=None,
                cost_model=None, algorithm="fddps", memory=None, override=False, fetches=None,
-               enforce_order=False, unknown_dim=1, **options):
+               enforce_order="auto", unknown_dim=1, **options):
     """Place a Keras model's training step, or a ``tf.function`` step, and run it placed.
 
     Parameters
