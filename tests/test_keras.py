@@ -245,3 +245,19 @@ def test_keras_and_tf_function_steps_on_local_cluster():
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=600, cwd=str(ROOT), env=env)
     assert run.returncode == 0 and "CLUSTER-OK" in run.stdout, run.stdout[-3000:] + run.stderr[-5000:]
+
+
+@pytest.mark.slow
+def test_keras_step_experiment_smoke(tmp_path, capsys):
+    from experiments import keras_step
+
+    out = tmp_path / "keras_step.csv"
+    assert keras_step.main(["--devices", "2", "--batch", "4", "--steps", "1",
+                            "--out", str(out)]) == 0
+    import pandas as pd
+
+    df = pd.read_csv(out)
+    assert list(df["run"]) == ["keras train_on_batch", "placed on 1", "placed on 2"]
+    assert (df["moved_ops"] == 0).all() and (df["max_weight_diff"] < 1e-4).all()
+    assert df["step_ms"].gt(0).all() and df["nodes"].iloc[1:].gt(100).all()
+    assert "logical CPU devices" in capsys.readouterr().out

@@ -9,10 +9,10 @@ weights and optimizer slots are updated in place, so ``model.get_weights()``,
 ``model.save_weights()`` and ``model.evaluate()`` see the trained values.
 
 How it runs: the placed GraphDef (every node with its device) is imported into
-a ``tf.compat.v1.wrap_function`` with its inputs mapped to the call's
-arguments and its captured variable handles mapped to the variables'
-handles, then pruned to the step's outputs and its stateful ops. Calling it is
-an ordinary multi-device TensorFlow function call.
+a ``tf.function`` with its inputs mapped to the call's arguments and its
+captured variable handles mapped to the variables' handles; calling it is an
+ordinary multi-device TensorFlow function call, and runs the step's outputs
+and all its stateful ops (the variable updates).
 
 A variable stays where it was created, so the ops TensorFlow colocates with it
 (its reads and the optimizer's update of it) are pinned to the variable's
@@ -460,6 +460,10 @@ class StepPlacement(Placement):
         sg = self._step_graph
         graph_def = self.graph_def
 
+        # Imported inside a tf.function, whose automatic control dependencies
+        # make every stateful op of the step run (a pruned wrap_function ran
+        # the same graph ~2x slower).
+        @tf.function(input_signature=sg["arg_specs"], autograph=False)
         def placed_step(*flat_args):
             g = tf.compat.v1.get_default_graph()
             input_map = dict(zip(sg["arg_names"], flat_args))
@@ -469,12 +473,7 @@ class StepPlacement(Placement):
                                                   return_elements=sg["output_names"],
                                                   name=_SCOPE)
 
-        wrapped = tf.compat.v1.wrap_function(placed_step, sg["arg_specs"])
-        g = wrapped.graph
-        fetches = ([g.get_tensor_by_name(f"{_SCOPE}/{n}") for n in sg["output_names"]]
-                   + [g.get_operation_by_name(f"{_SCOPE}/{n}") for n in sg["control_names"]])
-        feeds = list(wrapped.inputs[:len(sg["arg_specs"])])
-        return wrapped.prune(feeds=feeds, fetches=fetches)
+        return placed_step.get_concrete_function()
 
     def _flat_args(self, args):
         tf = _tf()
