@@ -134,13 +134,20 @@ def _function_step():
     return step, params + velocity
 
 
-@pytest.mark.parametrize("n_devices", [2, 3])
-def test_tf_function_step_trains_placed_as_unplaced(n_devices):
+@pytest.mark.parametrize("n_devices,enforce_order", [(2, "auto"), (3, True)])
+def test_tf_function_step_trains_placed_as_unplaced(n_devices, enforce_order):
     xs, ys = _batches()
     ref_step, ref_vars = _function_step()
     step, variables = _function_step()
-    p = fddps.place(step, DEVICES[:n_devices], (xs[0], ys[0]), cost_model=COST_MODEL)
+    p = fddps.place(step, DEVICES[:n_devices], (xs[0], ys[0]), cost_model=COST_MODEL,
+                    enforce_order=enforce_order)
     assert p.info["step"] == "tf.function"
+    if enforce_order is True:
+        assert p.info["order_edges_added"] > 0
+        # No op waits on a captured variable's placeholder (fed by tensor, never run).
+        feeds = {n.name for n in p.graph_def.node if n.op == "Placeholder"}
+        assert not [(n.name, i) for n in p.graph_def.node for i in n.input
+                    if i.startswith("^") and i[1:] in feeds]
     for x, y in zip(xs, ys):
         got, want = p.train_step(x, y), ref_step(x, y)
         assert set(got) == {"loss", "logits"}

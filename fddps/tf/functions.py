@@ -262,16 +262,54 @@ def _check_pins(step_graph, devices):
                 "under tf.device(...) on one)")
 
 
-def _restore_placeholders(graph_def, placeholders):
-    """Turn the ``VarHandleOp`` stand-ins back into the captured placeholders (device kept)."""
+def _restore_placeholders(graph_def, placeholders, fed):
+    """Turn the ``VarHandleOp`` stand-ins back into the captured placeholders (device kept).
+
+    The running function feeds the tensors of the placeholders (``fed``: the
+    step's arguments and captures), not the ops, so a control input ``^P`` (an
+    order edge of ``enforce_order``) would make an unfed placeholder run:
+    ``^P`` is replaced by P's own control inputs, which keeps the order of the
+    ops around it, and P keeps no control input.
+    """
+    control = {}
+    for node in graph_def.node:
+        if node.name in fed:
+            control[node.name] = [s[1:] for s in node.input if s.startswith("^")]
+            data = [s for s in node.input if not s.startswith("^")]
+            del node.input[:]
+            node.input.extend(data)
+
+    def upstream(name, seen=()):
+        out = []
+        for c in control[name]:
+            if c in control:
+                if c not in seen:
+                    out += upstream(c, seen + (name,))
+            elif c not in out:
+                out.append(c)
+        return out
+
     for node in graph_def.node:
         original = placeholders.get(node.name)
-        if original is None:
+        if original is not None:
+            device = node.device
+            node.CopyFrom(original)
+            node.device = device
+        if node.name in control:
             continue
-        device, control = node.device, [s for s in node.input if s.startswith("^")]
-        node.CopyFrom(original)
-        node.device = device
-        node.input.extend(control)
+        inputs = list(node.input)
+        if not any(s.startswith("^") and s[1:] in control for s in inputs):
+            continue
+        kept = [s for s in inputs if not (s.startswith("^") and s[1:] in control)]
+        have = {s.lstrip("^").split(":")[0] for s in kept}
+        for s in inputs:
+            if s.startswith("^") and s[1:] in control:
+                for c in upstream(s[1:]):
+                    if c not in have:
+                        kept.append("^" + c)
+                        have.add(c)
+        del node.input[:]
+        node.input.extend(kept)
 
 
 def _layer_of(model, graph_def, op_name, variables):
@@ -422,7 +460,9 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
     p = place(gd, devices, cost_model, algorithm, memory,
               fetches=sg["output_names"] + sg["control_names"], enforce_order=enforce_order,
               unknown_dim=unknown_dim, **options)
-    _restore_placeholders(p.graph_def, sg["placeholders"])
+    fed = {name.split(":")[0] for name in sg["arg_names"]}
+    fed.update(name.split(":")[0] for name, _ in sg["captures"])
+    _restore_placeholders(p.graph_def, sg["placeholders"], fed)
     p.info["step"] = "keras" if keras_model is not None else "tf.function"
     return StepPlacement(p, cf, sg, specs, keras_model)
 
