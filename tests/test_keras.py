@@ -97,12 +97,15 @@ def test_compiled_keras_model_needs_only_a_batch():
     xs, ys = _batches(n=2)
     ref, model = _cnn(), _cnn()
     for m in (ref, model):
-        m.compile(optimizer=keras.optimizers.Adam(1e-2), loss=_loss())
+        m.compile(optimizer=keras.optimizers.Adam(1e-2), loss=_loss(), metrics=["accuracy"])
     p = fddps.place(model, DEVICES, (xs[0], ys[0]), cost_model=COST_MODEL, split=False)
+    assert "Keras model 'cnn'" in p.summary()
     for x, y in zip(xs, ys):
         got = p(x, y)
         want = ref.train_on_batch(x, y, return_dict=True)
-        assert float(got["loss"]) == pytest.approx(want["loss"], rel=1e-5)
+        assert set(got) == set(want) == {"loss", "accuracy"}
+        for k in want:
+            assert float(got[k]) == pytest.approx(want[k], rel=1e-5)
     for a, b in zip(model.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     with pytest.raises(FddpsError, match=r"input 0 .* shape \(2, 8, 8, 3\)"):

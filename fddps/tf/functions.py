@@ -572,6 +572,18 @@ class StepPlacement(Placement):
 
     __call__ = train_step
 
+    def summary(self) -> str:
+        """:meth:`Placement.summary`, after a line on the step and where its variables stay."""
+        sg = self._step_graph
+        where = sorted({ext.device for name, ext in sg["captures"]
+                        if name.split(":")[0] in sg["placeholders"]})
+        what = (f"Keras model {self.model.name!r}: its train_step (as model.fit runs it)"
+                if self.model is not None else
+                f"tf.function step {self.concrete_function.name!r}")
+        head = (f"{what}; its {len(sg['variables'])} variables stay where they are "
+                f"({', '.join(where) or 'none'}), with the ops TensorFlow colocates with them")
+        return head + "\n" + super().summary()
+
     def moved_ops(self) -> list:
         """``(node, placed device, device it ran on)`` for each op the runtime moved
         (empty when everything ran where placed); None before the first call."""
