@@ -161,11 +161,26 @@ def test_tf_function_step_trains_placed_as_unplaced(n_devices, enforce_order):
     _check_ran_where_placed(p, 2)
 
 
+class _SignFlip(keras.layers.Layer):
+    """A layer without weights whose call branches (a functional ``If`` op)."""
+
+    def call(self, x):
+        return tf.cond(tf.reduce_sum(x) > 0, lambda: x, lambda: -x)
+
+
 def test_keras_layer_fddps_cannot_read_is_named():
+    # A recurrent layer (its loop is a While op reading the layer's weights).
     model = keras.Sequential([keras.Input((5, 3)), keras.layers.LSTM(4, name="encoder"),
                               keras.layers.Dense(5)], name="rnn")
     x, y = np.zeros((4, 5, 3), np.float32), np.zeros(4, np.int32)
     with pytest.raises(FddpsError, match=r"layer 'encoder' \(LSTM\).*While"):
+        fddps.place(model, DEVICES[:2], loss=_loss(), optimizer="sgd", batch=(x, y),
+                    cost_model=COST_MODEL)
+    # A layer without weights, found by its name scope.
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), _SignFlip(name="flip"),
+                              keras.layers.Dense(5)])
+    x = np.ones((4, 4), np.float32)
+    with pytest.raises(FddpsError, match=r"layer 'flip' \(_SignFlip\).*If\)"):
         fddps.place(model, DEVICES[:2], loss=_loss(), optimizer="sgd", batch=(x, y),
                     cost_model=COST_MODEL)
 
