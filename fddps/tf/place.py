@@ -440,6 +440,8 @@ def _order_guard(graph, cluster, schedule, enforce_order, can_enforce):
         info["order_guard"] = "enforced order"
         return schedule, True, info
     info["order_guard"] = "single device"
+    info["order_guard_reason"] = ("the scheduled order is no faster than one device either"
+                                  if can_enforce else "without fetches no order can be enforced")
     return single, False, info
 
 
@@ -704,7 +706,7 @@ class Placement:
                 + ("order control edges make TensorFlow follow the scheduled order "
                    "(enforce_order='auto')" if guard == "enforced order" else
                    f"placed on {c.names[int(s.device[0])] if g.num_ops else '?'} alone "
-                   "(enforce_order='auto'; without fetches no order can be enforced)"))
+                   f"(enforce_order='auto'; {info.get('order_guard_reason', '')})"))
         elif executor > s.makespan * 1.01:
             lines.append(
                 f"in the order TensorFlow picks itself (FIFO executor model) "
