@@ -5,8 +5,8 @@
   loaded from JSON.
 - :func:`default_cost_model`: the built-in analytic model (this machine's CPU
   for CPU devices, the NVIDIA P100 for GPUs), used when nothing was profiled.
-- :data:`presets`: the named hardware presets (``"p100"``, ``"v100"``,
-  ``"a100"``, ``"h100"``, ``"cpu"``) and link presets (``"pcie3"``,
+- :data:`presets`: the named hardware presets (``"k80"``, ``"p100"``, ``"v100"``,
+  ``"a100"``, ``"h100"``, ``"cpu"``; ``"h100:fp32"`` for TF32 off) and link presets (``"pcie3"``,
   ``"pcie4"``, ``"nvlink"``, ``"10gbe"``, ``"100gbe"``, ``"grpc-loopback"``).
 
 This package never imports TensorFlow; measuring lives in
@@ -17,12 +17,13 @@ from .base import (DEFAULT_LINK_RULES, CostModel, OpTimeReport, ProfileCoverageW
                    default_cost_model, graph_fingerprint)
 from .devices import DeviceName, parse_device
 from .errors import CostModelError, ProfileError, ProfileMismatchError
-from .hardware import (NO_WORK_OPS, TENSOR_CORE_OPS, DevicePreset, LinkPreset, Presets, cpu_preset,
-                       presets)
+from .hardware import (NO_WORK_OPS, OP_CLASSES, TENSOR_CORE_OPS, DevicePreset, LinkPreset, Presets,
+                       cpu_preset, op_class, presets)
 
 __all__ = ["CostModel", "default_cost_model", "presets", "Presets", "DevicePreset", "LinkPreset",
            "cpu_preset", "graph_fingerprint", "OpTimeReport", "ProfileCoverageWarning",
-           "DEFAULT_LINK_RULES", "NO_WORK_OPS", "TENSOR_CORE_OPS", "parse_device", "DeviceName",
+           "DEFAULT_LINK_RULES", "NO_WORK_OPS", "TENSOR_CORE_OPS", "OP_CLASSES", "op_class",
+           "parse_device", "DeviceName",
            "CostModelError", "ProfileError", "ProfileMismatchError"]
 
 from .memory import measured_transient, memory_summary  # noqa: E402

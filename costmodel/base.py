@@ -466,7 +466,8 @@ def default_cost_model(gpu="p100", cpu=None, *, links: Mapping | None = None) ->
     Parameters
     ----------
     gpu : str or DevicePreset
-        Preset for GPU devices (``"p100"``, ``"v100"``, ``"a100"``, ``"h100"``).
+        Preset for GPU devices (``"k80"``, ``"p100"``, ``"v100"``, ``"a100"``, ``"h100"``;
+        ``"h100:fp32"``: with TF32 off).
     cpu : str or DevicePreset, optional
         Preset for CPU devices (default ``presets["cpu"]``).
     links : mapping, optional

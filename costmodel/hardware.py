@@ -8,11 +8,21 @@ reads and writes, without running anything::
 
 ``peak`` is the FP32 peak, or for the dense ops that TensorFlow runs on tensor
 cores by default (TF32 on Ampere and Hopper: MatMul, Conv2D and their
-gradients) the TF32 peak. Ops that only alias or describe tensors
-(:data:`NO_WORK_OPS`: Identity, Reshape, Shape, Const, ...) cost only the
-overhead. The efficiencies and the overhead are assumptions, documented on each
-preset; :meth:`DevicePreset.calibrate` replaces them with values fitted to a
-profile.
+gradients) the TF32 peak -- unless the preset is switched to FP32
+(``presets["h100"].with_precision("fp32")``, or the name ``"h100:fp32"``), as
+TensorFlow is by ``tf.config.experimental.enable_tensor_float_32_execution(False)``.
+Ops that only alias or describe tensors (:data:`NO_WORK_OPS`: Identity,
+Reshape, Shape, Const, ...) cost only the overhead.
+
+Each op belongs to an op class (:func:`op_class`: convolution forward, input
+gradient, filter gradient, MatMul, element-wise, reduction). A preset may hold
+an efficiency per class and precision (:attr:`DevicePreset.efficiencies`):
+for the dense classes the fraction of the compute peak they reach, for
+element-wise ops and reductions the fraction of the memory bandwidth. Classes
+without one use ``compute_efficiency`` / ``memory_efficiency``. The named GPU
+presets take theirs from published kernel benchmarks
+(``costmodel/data/gpu_kernels.csv``, fitted by :func:`costmodel.kernels.fit_efficiencies`);
+:meth:`DevicePreset.calibrate` fits them to a profile.
 
 A :class:`LinkPreset` is a latency and a bandwidth: a transfer of ``b`` bytes
 costs ``latency + b / bandwidth``.
@@ -60,6 +70,83 @@ TENSOR_CORE_OPS = frozenset({
     "_FusedConv2D", "_FusedMatMul", "Einsum",
 })
 
+#: Op classes that get their own efficiency (see :func:`op_class`). The first
+#: four are bound by compute, the last two by memory bandwidth.
+OP_CLASSES = ("conv_forward", "conv_input_grad", "conv_filter_grad", "matmul", "elementwise",
+              "reduction")
+COMPUTE_CLASSES = frozenset(OP_CLASSES[:4])
+MEMORY_CLASSES = frozenset(OP_CLASSES[4:])
+#: Precisions of the dense (tensor-core) classes: TF32 tensor cores or FP32 CUDA cores.
+PRECISIONS = ("tf32", "fp32")
+
+_OP_CLASS_OF = {
+    **dict.fromkeys(("Conv2D", "Conv3D", "_FusedConv2D", "DepthwiseConv2dNative",
+                     "FusedConv2DBiasActivation", "Conv"), "conv_forward"),
+    **dict.fromkeys(("Conv2DBackpropInput", "Conv3DBackpropInput", "Conv3DBackpropInputV2",
+                     "DepthwiseConv2dNativeBackpropInput"), "conv_input_grad"),
+    **dict.fromkeys(("Conv2DBackpropFilter", "Conv3DBackpropFilter", "Conv3DBackpropFilterV2",
+                     "DepthwiseConv2dNativeBackpropFilter"), "conv_filter_grad"),
+    **dict.fromkeys(("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "_FusedMatMul",
+                     "Einsum", "SparseMatMul"), "matmul"),
+    # Ops that reduce over whole axes (batch-norm statistics, bias and loss gradients).
+    **dict.fromkeys(("Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "ArgMax", "ArgMin",
+                     "BiasAddGrad", "L2Loss", "SoftmaxCrossEntropyWithLogits",
+                     "SparseSoftmaxCrossEntropyWithLogits", "FusedBatchNorm", "FusedBatchNormV2",
+                     "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV2",
+                     "FusedBatchNormGradV3", "Softmax", "LogSoftmax", "EuclideanNorm"),
+                    "reduction"),
+}
+
+
+def op_class(op_type: str) -> str:
+    """The op class whose efficiency an op type's time is predicted with.
+
+    Returns one of :data:`OP_CLASSES`, or ``"no_work"`` for :data:`NO_WORK_OPS`.
+    Op types not listed (Relu, AddV2, MaxPool, ApplyAdam, ...) are ``"elementwise"``:
+    they stream their tensors through memory once.
+
+    Examples
+    --------
+    >>> op_class("Conv2DBackpropFilter"), op_class("BiasAddGrad"), op_class("Relu")
+    ('conv_filter_grad', 'reduction', 'elementwise')
+    """
+    return str(_op_classes(np.asarray([op_type], dtype=object))[0])
+
+
+def _op_classes(types) -> np.ndarray:
+    """:func:`op_class` of every element of an array of op types."""
+    classes = pd.Series(np.asarray(types, dtype=object).astype(str)).map(_OP_CLASS_OF)
+    classes = classes.fillna("elementwise").to_numpy(dtype=object)
+    classes[np.isin(np.asarray(types, dtype=object).astype(str), list(NO_WORK_OPS))] = "no_work"
+    return classes
+
+
+def _efficiency_key(key, preset_name) -> str:
+    cls, _, precision = str(key).partition("/")
+    ok = ((cls in COMPUTE_CLASSES and precision in PRECISIONS)
+          or (cls in MEMORY_CLASSES and precision == ""))
+    if not ok:
+        raise CostModelError(
+            f"preset {preset_name!r}: efficiency key {key!r} is neither CLASS/PRECISION (CLASS in "
+            f"{sorted(COMPUTE_CLASSES)}, PRECISION in {list(PRECISIONS)}) nor one of "
+            f"{sorted(MEMORY_CLASSES)}")
+    return f"{cls}/{precision}" if precision else cls
+
+
+def _efficiency_table(value, preset_name) -> tuple:
+    """A mapping (or pairs) ``{"conv_forward/tf32": 0.3, "elementwise": 0.8}`` as sorted pairs, checked."""
+    items = value.items() if isinstance(value, Mapping) else value
+    out = {}
+    for key, eff in items:
+        key = _efficiency_key(key, preset_name)
+        eff = float(eff)
+        if not (np.isfinite(eff) and 0 < eff <= 1):
+            raise CostModelError(f"preset {preset_name!r}: efficiency {key!r} must be in (0, 1], "
+                                 f"got {eff!r}")
+        out[key] = eff
+    return tuple(sorted(out.items()))
+
+
 _REQUIRED_OP_COLUMNS = ("op_type", "flops", "input_bytes", "output_bytes")
 
 
@@ -103,11 +190,30 @@ class DevicePreset:
     overhead : float
         Seconds every op costs however small (executor dispatch, kernel launch).
     compute_efficiency, memory_efficiency : float
-        Fractions of the peaks ops reach.
+        Fractions of the peaks ops reach, where :attr:`efficiencies` has no
+        entry for the op's class.
     tensor_flops : float
-        FLOP/s of :data:`TENSOR_CORE_OPS` (TF32 tensor cores); 0: use ``peak_flops``.
+        FLOP/s of :data:`TENSOR_CORE_OPS` in TF32 (tensor cores); 0: the device has none.
     source : str
         Where the figures come from.
+    precision : str
+        ``"tf32"`` (TensorFlow's default on Ampere and later: :data:`TENSOR_CORE_OPS`
+        run at ``tensor_flops``) or ``"fp32"`` (every op at ``peak_flops``).
+        Default: ``"tf32"`` when ``tensor_flops > 0``, else ``"fp32"``.
+        :meth:`with_precision` switches it.
+    efficiencies : mapping of str -> float
+        Per op class (:func:`op_class`): ``"CLASS/PRECISION"`` for the dense
+        classes (``"conv_forward/tf32"``: fraction of the TF32 peak a forward
+        convolution reaches; ``"matmul/fp32"``: of the FP32 peak) and
+        ``"elementwise"`` / ``"reduction"`` (fraction of the memory bandwidth).
+        Stored as sorted ``(key, value)`` pairs so that the preset stays hashable;
+        :meth:`efficiency` reads one.
+
+    Examples
+    --------
+    >>> h100 = presets["h100"]
+    >>> h100.precision, h100.with_precision("fp32").precision
+    ('tf32', 'fp32')
     """
 
     name: str
@@ -120,6 +226,8 @@ class DevicePreset:
     memory_efficiency: float = 0.7
     tensor_flops: float = 0.0
     source: str = ""
+    precision: str | None = None
+    efficiencies: tuple = ()
 
     def __post_init__(self):
         for f in ("peak_flops", "memory_bandwidth", "memory", "compute_efficiency",
@@ -131,6 +239,53 @@ class DevicePreset:
             raise CostModelError(f"preset {self.name!r}: overhead must be finite and >= 0")
         if not (np.isfinite(self.tensor_flops) and self.tensor_flops >= 0):
             raise CostModelError(f"preset {self.name!r}: tensor_flops must be finite and >= 0")
+        precision = self.precision
+        if precision is None:
+            precision = "tf32" if self.tensor_flops > 0 else "fp32"
+        precision = str(precision).lower()
+        if precision not in PRECISIONS:
+            raise CostModelError(f"preset {self.name!r}: precision must be one of {list(PRECISIONS)}, "
+                                 f"got {self.precision!r}")
+        if precision == "tf32" and self.tensor_flops <= 0:
+            raise CostModelError(f"preset {self.name!r} has no TF32 tensor cores (tensor_flops is 0); "
+                                 f"its precision can only be 'fp32'")
+        object.__setattr__(self, "precision", precision)
+        object.__setattr__(self, "efficiencies", _efficiency_table(self.efficiencies, self.name))
+
+    def with_precision(self, precision: str) -> "DevicePreset":
+        """A copy of this preset that runs the dense ops in ``precision`` (``"tf32"`` or ``"fp32"``).
+
+        ``"fp32"`` models TensorFlow with ``enable_tensor_float_32_execution(False)``
+        (or a GPU before Ampere); the name becomes ``NAME:fp32``.
+
+        Raises
+        ------
+        CostModelError
+            For another precision, or ``"tf32"`` on a GPU without tensor cores.
+
+        Examples
+        --------
+        >>> presets["h100"].with_precision("fp32").name
+        'h100:fp32'
+        """
+        base = self.name.split(":")[0]
+        p = str(precision).lower()
+        name = base if p == "tf32" or (p == "fp32" and self.tensor_flops <= 0) else f"{base}:{p}"
+        return replace(self, precision=p, name=name)
+
+    def efficiency(self, cls: str, precision: str | None = None) -> float:
+        """The efficiency ops of class ``cls`` (:data:`OP_CLASSES`) reach in ``precision``.
+
+        Falls back to ``compute_efficiency`` (dense classes) or
+        ``memory_efficiency`` (element-wise, reduction) when the preset has none
+        for the class.
+        """
+        table = dict(self.efficiencies)
+        if cls in MEMORY_CLASSES:
+            return table.get(cls, self.memory_efficiency)
+        if cls not in COMPUTE_CLASSES:
+            raise CostModelError(f"unknown op class {cls!r}; op classes: {list(OP_CLASSES)}")
+        return table.get(f"{cls}/{precision or self.precision}", self.compute_efficiency)
 
     def op_times(self, ops: pd.DataFrame) -> np.ndarray:
         """Roofline time in seconds of every row of ``ops`` on this device.
@@ -148,19 +303,35 @@ class DevicePreset:
         --------
         >>> ops = pd.DataFrame({"op_type": ["MatMul", "Identity"], "flops": [2e9, 0],
         ...                     "input_bytes": [8e6, 4e6], "output_bytes": [4e6, 4e6]})
-        >>> presets["v100"].op_times(ops).round(6)
-        array([2.22e-04, 1.00e-05])
+        >>> t = presets["v100"].op_times(ops)
+        >>> bool(t[0] > t[1] == presets["v100"].overhead)
+        True
         """
         flops, moved, types = op_features(ops)
         return self._roofline(flops, moved, types)
 
-    def _roofline(self, flops, moved, types):
-        tensor = np.isin(types, list(TENSOR_CORE_OPS)) if self.tensor_flops > 0 else False
+    def _rates(self, types):
+        """Per op: effective compute FLOP/s and memory bytes/s (peaks times efficiencies)."""
+        classes = _op_classes(types)
+        tensor = (np.isin(types, list(TENSOR_CORE_OPS)) if self.precision == "tf32"
+                  else np.zeros(len(types), dtype=bool))
         peak = np.where(tensor, self.tensor_flops, self.peak_flops)
-        compute = flops / (peak * self.compute_efficiency)
-        memory = moved / (self.memory_bandwidth * self.memory_efficiency)
-        t = self.overhead + np.maximum(compute, memory)
-        return np.where(np.isin(types, list(NO_WORK_OPS)), self.overhead, t)
+        c_eff = np.full(len(types), self.compute_efficiency)
+        m_eff = np.full(len(types), self.memory_efficiency)
+        for cls in np.unique(classes):
+            sel = classes == cls
+            if cls in COMPUTE_CLASSES:
+                # A dense op off the tensor cores (DepthwiseConv2dNative) runs in FP32.
+                c_eff[sel & tensor] = self.efficiency(cls, "tf32")
+                c_eff[sel & ~tensor] = self.efficiency(cls, "fp32")
+            elif cls in MEMORY_CLASSES:
+                m_eff[sel] = self.efficiency(cls)
+        return peak * c_eff, self.memory_bandwidth * m_eff, classes
+
+    def _roofline(self, flops, moved, types):
+        compute_rate, memory_rate, classes = self._rates(types)
+        t = self.overhead + np.maximum(flops / compute_rate, moved / memory_rate)
+        return np.where(classes == "no_work", self.overhead, t)
 
     def calibrate(self, measured: pd.DataFrame, *, quantile_overhead: float = 0.1) -> "DevicePreset":
         """A copy of this preset with overhead and efficiencies fitted to measured op times.
@@ -169,7 +340,10 @@ class DevicePreset:
         (or of all ops, if none of those were timed); the compute efficiency the
         median, over ops the preset deems compute-bound, of (predicted compute
         time at efficiency 1) / (measured time - overhead); likewise the memory
-        efficiency over memory-bound ops. Medians keep outliers from moving it.
+        efficiency over memory-bound ops. The same median, over the ops of one
+        class (:func:`op_class`) only, becomes that class's entry in
+        :attr:`efficiencies` when at least 3 of its ops were timed. Medians keep
+        outliers from moving it.
 
         Parameters
         ----------
@@ -189,33 +363,55 @@ class DevicePreset:
             raise CostModelError(f"no finite positive op time to calibrate preset {self.name!r} with")
         flops, moved, types = op_features(measured)
         flops, moved, types, t = flops[ok], moved[ok], types[ok], t[ok]
-        no_work = np.isin(types, list(NO_WORK_OPS)) | ((flops == 0) & (moved == 0))
+        classes = _op_classes(types)
+        no_work = (classes == "no_work") | ((flops == 0) & (moved == 0))
         base = t[no_work] if no_work.sum() >= 3 else t
         overhead = float(np.quantile(base, quantile_overhead))
-        tensor = np.isin(types, list(TENSOR_CORE_OPS)) if self.tensor_flops > 0 else np.zeros(len(t), bool)
+        compute_rate, memory_rate, _ = self._rates(types)
+        tensor = (np.isin(types, list(TENSOR_CORE_OPS)) if self.precision == "tf32"
+                  else np.zeros(len(t), bool))
         peak = np.where(tensor, self.tensor_flops, self.peak_flops)
         ideal_compute = flops / peak
         ideal_memory = moved / self.memory_bandwidth
         work = np.maximum(t - overhead, 1e-12)
         changes = {"overhead": overhead}
         # Bound-ness at the preset's current efficiencies (the roofline ridge).
-        compute_bound = ~no_work & (ideal_compute / self.compute_efficiency
-                                    >= ideal_memory / self.memory_efficiency) & (flops > 0)
+        compute_bound = ~no_work & (flops / compute_rate >= moved / memory_rate) & (flops > 0)
         memory_bound = ~no_work & ~compute_bound & (moved > 0)
         # Ops whose time is mostly overhead say nothing about the peaks.
         big = work > overhead
+
+        def fit(sel, ideal):
+            return float(np.clip(np.median(ideal[sel] / work[sel]), 1e-4, 1.0)) if sel.sum() >= 3 else None
+
         for name, sel, ideal in (("compute_efficiency", compute_bound & big, ideal_compute),
                                  ("memory_efficiency", memory_bound & big, ideal_memory)):
-            if sel.sum() >= 3:
-                changes[name] = float(np.clip(np.median(ideal[sel] / work[sel]), 1e-4, 1.0))
+            eff = fit(sel, ideal)
+            if eff is not None:
+                changes[name] = eff
+        table = dict(self.efficiencies)
+        for cls in OP_CLASSES:
+            if cls in COMPUTE_CLASSES:
+                for precision, on in (("tf32", tensor), ("fp32", ~tensor)):
+                    eff = fit((classes == cls) & on & compute_bound & big, ideal_compute)
+                    if eff is not None:
+                        table[f"{cls}/{precision}"] = eff
+            else:
+                eff = fit((classes == cls) & memory_bound & big, ideal_memory)
+                if eff is not None:
+                    table[cls] = eff
         src = self.source + (" | " if self.source else "") + f"calibrated on {len(t)} timed ops"
-        return replace(self, source=src, **changes)
+        return replace(self, source=src, efficiencies=table, **changes)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["efficiencies"] = dict(self.efficiencies)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "DevicePreset":
+        """Inverse of :meth:`to_dict`; also reads presets saved before ``precision`` and
+        ``efficiencies`` existed (they get the defaults)."""
         names = {f.name for f in fields(cls)}
         unknown = set(d) - names
         if unknown:
@@ -284,6 +480,30 @@ def _cpu_flops_per_cycle(flags: set) -> int:
     return 8
 
 
+#: Environment variable naming a file in ``/proc/cpuinfo`` format that
+#: :func:`cpu_preset` reads instead of this machine's, to see what fddps does on
+#: another CPU (the test suite runs its CPU-reading tests under two such files).
+CPUINFO_ENV = "FDDPS_CPUINFO"
+
+
+def _cpuinfo() -> tuple[str, bool]:
+    """The cpuinfo text and whether it is faked by :data:`CPUINFO_ENV`.
+
+    Raises
+    ------
+    CostModelError
+        If the variable names a file that cannot be read.
+    """
+    path = os.environ.get(CPUINFO_ENV)
+    if not path:
+        return _read("/proc/cpuinfo"), False
+    try:
+        with open(path) as f:
+            return f.read(), True
+    except OSError as e:
+        raise CostModelError(f"{CPUINFO_ENV}={path!r} cannot be read: {e.strerror}") from None
+
+
 def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
     """Analytic preset of this machine's CPU, read from ``/proc/cpuinfo`` and ``/proc/meminfo``.
 
@@ -299,8 +519,17 @@ def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
     most 100 GB/s (sustained STREAM-like figures of server cores; calibrate for
     better); capacity is the RAM in MemTotal. Overhead: 5 us per op (the
     TensorFlow executor's dispatch on CPU; calibrate for better).
+
+    With the environment variable ``FDDPS_CPUINFO`` naming a file in
+    ``/proc/cpuinfo`` format, that file's model, clock and flags are used
+    instead (cores and RAM are still this machine's).
+
+    Raises
+    ------
+    CostModelError
+        If ``cores < 1``, or ``FDDPS_CPUINFO`` names a file that cannot be read.
     """
-    info = _read("/proc/cpuinfo")
+    info, faked = _cpuinfo()
     if cores is None:
         try:
             cores = len(os.sched_getaffinity(0))
@@ -312,7 +541,8 @@ def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
     model = next(iter(re.findall(r"model name\s*:\s*(.+)", info)), "unknown CPU").strip()
     mhz = [float(x) for x in re.findall(r"cpu MHz\s*:\s*([\d.]+)", info)]
     ghz = re.findall(r"@\s*([\d.]+)\s*GHz", model)
-    max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip()
+    # A faked cpuinfo carries its own clock: this machine's cpufreq would contradict it.
+    max_khz = "" if faked else _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip()
     if max_khz.isdigit():
         clock = float(max_khz) * 1e3
     elif ghz:
@@ -327,7 +557,7 @@ def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
         name=name, device_type="CPU", peak_flops=cores * clock * per_cycle,
         memory_bandwidth=min(10 * GB * cores, 100 * GB), memory=memory, overhead=5e-6,
         compute_efficiency=0.5, memory_efficiency=0.5,
-        source=(f"this machine: {model}, {cores} core(s) x {clock / 1e9:.2f} GHz x {per_cycle} "
+        source=(f"{'FDDPS_CPUINFO=' + os.environ[CPUINFO_ENV] if faked else 'this machine'}: {model}, {cores} core(s) x {clock / 1e9:.2f} GHz x {per_cycle} "
                 f"FP32 FLOP/cycle (/proc/cpuinfo flags); RAM from /proc/meminfo; memory bandwidth "
                 f"assumed 10 GB/s per core; overhead and efficiencies assumed"))
 
@@ -336,7 +566,16 @@ def cpu_preset(cores: int | None = None, *, name: str = "cpu") -> DevicePreset:
 _GPU_NOTE = ("; overhead 10 us per op (TF executor + kernel launch) and efficiencies "
              "(0.6 compute, 0.7 memory) assumed")
 
-_DEVICE_PRESETS = {
+#: The GPU presets from their datasheets alone (the efficiencies assumed).
+_DATASHEET_PRESETS = {
+    "k80": DevicePreset(
+        "k80", "GPU", peak_flops=4.37e12, memory_bandwidth=240 * GB, memory=12 * GB,
+        overhead=10e-6,
+        source="NVIDIA Tesla K80 (board specification BD-07317-001_v05, 2015; AnandTech 'NVIDIA "
+               "Launches Tesla K80, GK210 GPU', 2014): two GK210 GPUs per board, each 2496 cores "
+               "at up to 875 MHz (8.74 TFLOPS FP32 per board with GPU Boost), 12 GB GDDR5 on a "
+               "384-bit bus at 5 GHz (240 GB/s). One preset is one GK210, as TensorFlow sees it "
+               "(4.37 TFLOPS, 240 GB/s, 12 GB); no tensor cores (Tofu's GPU)" + _GPU_NOTE),
     "p100": DevicePreset(
         "p100", "GPU", peak_flops=9.3e12, memory_bandwidth=732 * GB, memory=16 * GiB,
         overhead=10e-6,
@@ -358,6 +597,29 @@ _DEVICE_PRESETS = {
         source="NVIDIA H100 SXM5 80 GB datasheet (2022): 67 TFLOPS FP32, 494.7 TFLOPS TF32 "
                "tensor (dense), 3.35 TB/s HBM3" + _GPU_NOTE),
 }
+
+#: Efficiencies per op class fitted to the kernel times in costmodel/data/gpu_kernels.csv
+#: by ``python -m costmodel.kernels`` (which prints them; a class needs
+#: ``costmodel.kernels.MIN_KERNELS`` kernels); tests/test_gpu_presets.py re-fits and
+#: compares. GPUs and classes without enough rows keep the assumed 0.6 / 0.7. The
+#: published rows found so far: DeepBench's FP32 GEMMs and 4 forward convolutions on
+#: the V100, 3 kernels on the P100 (too few for a class); ``experiments/gpu_kernels.py``
+#: measures more on a GPU.
+_FITTED_EFFICIENCIES = {
+    "v100": {"conv_forward/fp32": 0.646, "matmul/fp32": 0.891},
+}
+
+
+def _with_fitted(preset: DevicePreset) -> DevicePreset:
+    fitted = _FITTED_EFFICIENCIES.get(preset.name)
+    if not fitted:
+        return preset
+    note = (f"; efficiencies {', '.join(f'{k} {v:.3g}' for k, v in sorted(fitted.items()))} fitted "
+            f"to published kernel times (costmodel/data/gpu_kernels.csv)")
+    return replace(preset, efficiencies=fitted, source=preset.source + note)
+
+
+_DEVICE_PRESETS = {name: _with_fitted(p) for name, p in _DATASHEET_PRESETS.items()}
 
 _LINK_PRESETS = {
     "pcie3": LinkPreset("pcie3", latency=10e-6, bandwidth=12 * GB,
@@ -398,19 +660,22 @@ _LINK_PRESETS = {
 class Presets(Mapping):
     """Read-only mapping of preset name -> :class:`DevicePreset` or :class:`LinkPreset`.
 
-    ``presets["cpu"]`` is this machine's CPU (all cores), read on first use.
+    ``presets["cpu"]`` is this machine's CPU (all cores), read on first use
+    (and again when ``FDDPS_CPUINFO`` names another cpuinfo file).
+    ``presets["h100:fp32"]`` is ``presets["h100"].with_precision("fp32")``.
     ``presets.devices`` and ``presets.links`` hold each kind alone.
     """
 
     def __init__(self):
-        self._cpu = None
+        self._cpu = {}
 
     @property
     def devices(self) -> dict:
-        """Device presets by name: ``p100``, ``v100``, ``a100``, ``h100``, ``cpu``."""
-        if self._cpu is None:
-            self._cpu = cpu_preset()
-        return {**_DEVICE_PRESETS, "cpu": self._cpu}
+        """Device presets by name: ``k80``, ``p100``, ``v100``, ``a100``, ``h100``, ``cpu``."""
+        key = os.environ.get(CPUINFO_ENV)  # a faked CPU gets its own entry
+        if key not in self._cpu:
+            self._cpu[key] = cpu_preset()
+        return {**_DEVICE_PRESETS, "cpu": self._cpu[key]}
 
     @property
     def links(self) -> dict:
@@ -424,6 +689,9 @@ class Presets(Mapping):
     def __getitem__(self, name):
         if name == "cpu" or name in _DEVICE_PRESETS or name in _LINK_PRESETS:
             return self._all()[name]
+        base, _, precision = str(name).partition(":")
+        if precision and (base == "cpu" or base in _DEVICE_PRESETS):
+            return self.devices[base].with_precision(precision)  # "h100:fp32"
         raise CostModelError(f"unknown preset {name!r}; device presets: {sorted(self.devices)}, "
                              f"link presets: {sorted(self.links)}")
 

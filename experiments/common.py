@@ -149,13 +149,13 @@ class ModelGraph:
 
 def load_model(model: str, batch: int, cost_model, *, dataset: str = "cifar10",
                image_size: int | None = None, devices=("/device:GPU:0",),
-               keep_graph_def: bool = False) -> ModelGraph:
+               keep_graph_def: bool = False, model_options: dict | None = None) -> ModelGraph:
     """Build ``model``'s training graph at ``batch`` and read it into an OpGraph.
 
     Parameters
     ----------
     model : str
-        One of ``slim_models.MODELS``.
+        One of ``slim_models.ALL_MODELS``.
     batch : int
     cost_model : costmodel.CostModel
         Gives op times for ``device``'s type, and op memory.
@@ -170,6 +170,10 @@ def load_model(model: str, batch: int, cost_model, *, dataset: str = "cifar10",
         sizes split candidates' combine ops by the number of devices).
     keep_graph_def : bool
         Keep the GraphDef (for :func:`fddps.place` or running it).
+    model_options : dict, optional
+        Options of the model (``wide_resnet``: ``depth``, ``width``; ``rnn_lm``
+        and ``nmt``: ``num_layers``, ``hidden_size``, ...). The sequence models
+        take no ``dataset`` or ``image_size`` (their ``image_size`` is None).
 
     Returns
     -------
@@ -184,12 +188,15 @@ def load_model(model: str, batch: int, cost_model, *, dataset: str = "cifar10",
     import slim_models
     from fddps.tf import make_cluster, read_graph_def
 
-    if model not in slim_models.MODELS:
-        raise ValueError(f"unknown model {model!r}; known: {', '.join(slim_models.MODELS)}")
+    if model not in slim_models.ALL_MODELS:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(slim_models.ALL_MODELS)}")
     if int(batch) < 1:
         raise ValueError(f"batch must be >= 1, got {batch!r}")
+    options = dict(model_options or {})
+    if slim_models.SPECS[model].inputs == "images":
+        options.update(image_size=image_size, dataset=dataset)
     t0 = time.perf_counter()
-    m = slim_models.build_training_graph(model, int(batch), image_size=image_size, dataset=dataset)
+    m = slim_models.build_training_graph(model, int(batch), **options)
     graph_def = m.graph_def
     built = time.perf_counter() - t0
     fetches = (m.train_op.name, m.loss.op.name)

@@ -38,11 +38,15 @@ class CommandError(Exception):
 def _add_graph_arguments(p):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("graph", nargs="?", help="a GraphDef file (.pb binary or .pbtxt text)")
-    src.add_argument("--model", help="a built-in training graph instead: one of slim_models.MODELS")
+    src.add_argument("--model", help="a built-in training graph instead: one of "
+                                     "slim_models.ALL_MODELS")
     p.add_argument("--batch-size", type=int, default=32, help="batch size of --model (default 32)")
     p.add_argument("--image-size", type=int, default=32,
                    help="input size of --model (default 32, CIFAR-10; 224/299/331 for ImageNet)")
     p.add_argument("--num-classes", type=int, default=10, help="classes of --model (default 10)")
+    p.add_argument("--model-option", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="options of --model (wide_resnet: depth=152 width=10; rnn_lm, nmt: "
+                        "num_layers, hidden_size, vocab_size, seq_length)")
     p.add_argument("--fetch", nargs="+", metavar="NAME",
                    help="ops/tensors one training step runs (default for --model: train op and "
                         "loss; for a file: every node)")
@@ -57,7 +61,8 @@ def _add_device_arguments(p):
     p.add_argument("--hosts", type=int, default=1,
                    help="with --gpus: number of hosts (/job:worker/task:H/...; default 1)")
     p.add_argument("--gpu-preset", default="p100",
-                   help="hardware preset for GPUs without a profile: p100 (default), v100, a100, h100")
+                   help="hardware preset for GPUs without a profile: p100 (default), k80, v100, a100, "
+                        "h100; NAME:fp32 for TF32 off (e.g. h100:fp32)")
     p.add_argument("--cost-model", metavar="FILE",
                    help="a cost model saved by `fddps profile` (default: analytic presets)")
     p.add_argument("--memory", type=float, metavar="BYTES",
@@ -89,16 +94,25 @@ def _load_graph(args):
     if args.model:
         import slim_models
 
-        if args.model not in slim_models.MODELS:
+        if args.model not in slim_models.ALL_MODELS:
             raise CommandError(f"unknown model {args.model!r}; built-in models: "
-                               f"{', '.join(slim_models.MODELS)}")
+                               f"{', '.join(slim_models.ALL_MODELS)}")
         t0 = time.perf_counter()
-        m = slim_models.build_training_graph(args.model, args.batch_size, args.image_size,
-                                             args.num_classes)
+        try:
+            options = slim_models.parse_model_options(getattr(args, "model_option", None))
+            inputs = ", ".join(f"{k} {v}" for k, v in
+                               slim_models.resolved_options(args.model, **options).items()
+                               if v is not None)
+            if slim_models.SPECS[args.model].inputs == "images":  # word ids have no image size
+                options.update(image_size=args.image_size, num_classes=args.num_classes)
+                inputs = ", ".join(filter(None, [inputs, f"{args.image_size}x{args.image_size} "
+                                                         "inputs"]))
+            m = slim_models.build_training_graph(args.model, args.batch_size, **options)
+        except ValueError as err:
+            raise CommandError(f"--model {args.model}: {err}") from None
         fetches = args.fetch or [m.train_op.name, m.loss.name]
-        desc = (f"{args.model} training graph, batch {args.batch_size}, {args.image_size}x"
-                f"{args.image_size} inputs, {len(m.graph_def.node)} nodes "
-                f"(built in {time.perf_counter() - t0:.1f} s)")
+        desc = (f"{args.model} training graph, batch {args.batch_size}, {inputs}, "
+                f"{len(m.graph_def.node)} nodes (built in {time.perf_counter() - t0:.1f} s)")
         return m.graph_def, fetches, desc, m.init_op.name
     path = Path(args.graph)
     if not path.is_file():
@@ -126,13 +140,13 @@ def _save_plot(schedule, path, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plot import plot_schedule
+    from .plot import plot_overview
 
-    ax = plot_schedule(schedule, critical_path=True, transfers=True)
-    ax.set_title(title)
+    fig = plot_overview(schedule)  # the Gantt chart above each device's utilisation
+    fig.axes[0].set_title(f"{title}: " + fig.axes[0].get_title().split(": ", 1)[-1])
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    ax.figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(ax.figure)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 # -- commands ------------------------------------------------------------------------------

@@ -29,12 +29,22 @@ class InfeasibleError(FddpsError):
     ----------
     needed, available : float or None
         Bytes needed and bytes available, when the cause is memory.
+    device : str or None
+        When schedules were made but none fits: the device of the smallest
+        per-device peak any of them reached (the best attempt's most
+        overflowing device); ``needed`` is then that peak and ``available``
+        the device's capacity.
+    attempts : list of (str, str, float, float)
+        ``(memory reservation, device, peak bytes, capacity)`` of each
+        schedule made, best first; empty when no schedule was reached.
     """
 
-    def __init__(self, message, needed=None, available=None):
+    def __init__(self, message, needed=None, available=None, device=None, attempts=()):
         super().__init__(message)
         self.needed = needed
         self.available = available
+        self.device = device
+        self.attempts = list(attempts)
 
 
 class InvalidScheduleError(FddpsError, AssertionError):

@@ -1,4 +1,12 @@
-"""Draw a schedule: a Gantt chart per device with its critical path marked.
+"""Draw a schedule: a Gantt chart per device, or each device's utilisation over time.
+
+:func:`plot_schedule` draws one lane per device: ops coloured by the op types
+that cost the most time in total (the rest grey; ops that do no work -- Const,
+Identity, VarHandleOp, ... -- one pale colour), the critical path as a thin
+black line above the bars, and transfers as thin segments in a strip below
+them, so that neither hides the ops. For graphs of thousands of ops,
+``kind="utilization"`` (:func:`plot_utilization`) draws each device's busy
+fraction per time bin (:func:`utilization`) instead.
 
 Works on any :class:`~fddps.schedule.Schedule` (no TensorFlow); matplotlib is
 imported when a chart is drawn.
@@ -18,9 +26,17 @@ import numpy as np
 
 from .simulate import _edge_comm
 
-#: Colours of the most time-consuming op types; the rest are grey.
-_PALETTE = "tab10"
-_OTHER_COLOR = "#b0b0b0"
+#: Colours of the most time-consuming op types (tab10 without its grey); the rest are grey.
+_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#bcbd22", "#17becf"]
+_OTHER_COLOR = "#9a9a9a"
+_NO_WORK_COLOR = "#dcdcdc"
+_NO_WORK_LABEL = "no-work ops (Const, Identity, ...)"
+#: Lane layout (device k's lane spans k - 0.5 .. k + 0.5, top to bottom): the
+#: critical path line, the op bars, the transfer strip.
+_PATH_Y = -0.40
+_BAR_TOP, _BAR_HEIGHT = -0.34, 0.56
+_TRANSFER_Y = 0.32
 
 
 def critical_path(schedule) -> list[int]:
@@ -89,22 +105,124 @@ def _time_unit(makespan):
     return 1e6, "µs"
 
 
-def plot_schedule(schedule, ax=None, critical_path=True, transfers=False, max_op_types=9):
-    """Gantt chart of a schedule: one lane per device, one bar per op.
+def op_time_by_type(schedule, max_op_types=9):
+    """Which op types a chart colours: the ones that cost the most time in total.
 
-    Bars are coloured by op type (the ``max_op_types`` types with the most
-    compute time get their own colour; the rest are grey).
+    Ops that do no work (:data:`costmodel.NO_WORK_OPS`: Const, Identity,
+    VarHandleOp, ...) are counted together as one group, whatever their number,
+    so that they never crowd the op types that do work out of the legend.
+
+    Parameters
+    ----------
+    schedule : Schedule
+    max_op_types : int
+        How many op types get a colour of their own.
+
+    Returns
+    -------
+    labels : numpy.ndarray of str
+        Per op, what it is drawn as: its op type if that is among the top
+        ``max_op_types``, ``"no-work ops (Const, Identity, ...)"``, or ``"other"``.
+    totals : pandas.Series
+        Seconds of op time per label, in the legend's order: the top op types
+        (largest first), then the no-work group and ``"other"``.
+
+    Examples
+    --------
+    >>> import fddps
+    >>> g = fddps.OpGraph(["a", "b", "c", "d"], [1.0, 1.0, 3.0, 0.5], [],
+    ...                   op_types=["Identity", "Identity", "Conv2D", "Relu"])
+    >>> labels, totals = op_time_by_type(fddps.schedule(g, fddps.Cluster.homogeneous(1)), 1)
+    >>> totals.round(1).to_dict()
+    {'Conv2D': 3.0, 'no-work ops (Const, Identity, ...)': 2.0, 'other': 0.5}
+    >>> labels.tolist()[1:]
+    ['no-work ops (Const, Identity, ...)', 'Conv2D', 'other']
+    """
+    import pandas as pd
+    from costmodel.hardware import NO_WORK_OPS
+
+    g = schedule.graph
+    dur = schedule.finish - schedule.start
+    types = np.asarray([t or "op" for t in g.op_types], dtype=object)
+    no_work = np.isin(types, list(NO_WORK_OPS))
+    work_totals = pd.Series(dur[~no_work]).groupby(types[~no_work]).sum().sort_values(
+        ascending=False, kind="stable")
+    top = list(work_totals.index[:max_op_types])
+    labels = np.where(np.isin(types, top), types, "other")
+    labels[no_work] = _NO_WORK_LABEL
+    totals = pd.Series(dur).groupby(labels).sum()
+    order = top + [x for x in (_NO_WORK_LABEL, "other") if x in totals.index]
+    return labels.astype(str), totals.reindex(order)
+
+
+def utilization(schedule, bins=100):
+    """Each device's busy fraction per time bin.
+
+    Parameters
+    ----------
+    schedule : Schedule
+    bins : int
+        Equal bins from 0 to the makespan.
+
+    Returns
+    -------
+    edges : numpy.ndarray, shape (bins + 1,)
+        Bin edges in seconds.
+    busy : numpy.ndarray, shape (devices, bins)
+        Fraction of each bin during which an op runs on the device, in [0, 1];
+        ``(busy * np.diff(edges)).sum(axis=1)`` is each device's total op time.
+
+    Raises
+    ------
+    ValueError
+        If ``bins`` < 1.
+
+    Examples
+    --------
+    >>> import fddps
+    >>> g = fddps.OpGraph(["a", "b"], [1.0, 3.0], [("a", "b")])
+    >>> edges, busy = utilization(fddps.schedule(g, fddps.Cluster.homogeneous(2)), bins=4)
+    >>> busy.sum(axis=0).tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    bins = int(bins)
+    if bins < 1:
+        raise ValueError(f"utilization needs bins >= 1, got {bins}")
+    edges = np.linspace(0.0, max(schedule.makespan, 1e-300), bins + 1)
+    busy = np.stack([_busy_per_bin(edges, schedule.start[on], schedule.finish[on])
+                     for on in (schedule.device == k for k in range(schedule.cluster.num_devices))])
+    return edges, np.clip(busy, 0.0, 1.0)
+
+
+def _busy_per_bin(edges, start, finish):
+    """Fraction of each bin between ``edges`` covered by the intervals [start, finish)."""
+    # Busy time before t: sum over intervals of clip(t - start, 0, duration)
+    #   = sum_{start < t} (t - start) - sum_{finish < t} (t - finish), from sorted ends.
+    def before(points):
+        points = np.sort(points)
+        k = np.searchsorted(points, edges, side="left")
+        csum = np.concatenate([[0.0], np.cumsum(points)])
+        return k * edges - csum[k]
+
+    busy = before(np.asarray(start, float)) - before(np.asarray(finish, float))
+    return np.diff(busy) / np.diff(edges)
+
+
+def plot_utilization(schedule, ax=None, bins=None, by_type=True, max_op_types=9):
+    """Each device's busy fraction over time: one lane per device, filled up to the fraction.
+
+    Readable whatever the number of ops (a Gantt chart of thousands of ops is
+    not); the right margin gives each device's utilisation over the whole step.
 
     Parameters
     ----------
     schedule : Schedule
     ax : matplotlib Axes, optional
-        Drawn into a new figure when not given.
-    critical_path : bool
-        Outline the ops of :func:`critical_path` in red and join them with a red line.
-    transfers : bool
-        Draw every transfer between devices as a grey line from the producer's
-        finish on its lane to the tensor's arrival on the consumer's lane.
+    bins : int, optional
+        Time bins (default 150).
+    by_type : bool
+        Stack the fill by op type, in the colours of :func:`plot_schedule`
+        (:func:`op_time_by_type`); else one colour.
     max_op_types : int
 
     Returns
@@ -112,68 +230,196 @@ def plot_schedule(schedule, ax=None, critical_path=True, transfers=False, max_op
     matplotlib Axes
     """
     import matplotlib.pyplot as plt
-    from matplotlib.collections import LineCollection
     from matplotlib.patches import Patch
 
     g, c = schedule.graph, schedule.cluster
     m = c.num_devices
     scale, unit = _time_unit(schedule.makespan)
     if ax is None:
-        _, ax = plt.subplots(figsize=(11, 1.2 + 0.45 * m))
+        _, ax = plt.subplots(figsize=(11, 1.0 + 0.5 * m))
+    edges, busy = utilization(schedule, bins or 150)
+    x = np.repeat(edges * scale, 2)[1:-1]
+    total = (busy * np.diff(edges)).sum(axis=1)
+    groups = [(None, _COLORS[0], np.ones(g.num_ops, bool))]
+    if by_type and g.num_ops:
+        labels, totals = op_time_by_type(schedule, max_op_types)
+        colors = _label_colors(totals, max_op_types)
+        groups = [(label, colors[label], labels == label) for label in totals.index]
+    height = 0.84
+    for k in range(m):
+        base = k + height / 2
+        level = np.zeros(len(edges) - 1)
+        on_k = schedule.device == k
+        for _, color, sel in groups:
+            on = on_k & sel
+            if not on.any():
+                continue
+            frac = _busy_per_bin(edges, schedule.start[on], schedule.finish[on])
+            low, level = level, np.minimum(level + frac, 1.0)
+            ax.fill_between(x, base - height * np.repeat(low, 2), base - height * np.repeat(level, 2),
+                            color=color, linewidth=0, gid="utilization")
+        ax.axhline(base, color="0.6", linewidth=0.5)
+        ax.axhline(base - height, color="0.8", linewidth=0.5, linestyle=":")
+        share = total[k] / schedule.makespan if schedule.makespan > 0 else 0.0
+        ax.annotate(f"{share:.0%} busy", (1.005, k), xycoords=("axes fraction", "data"),
+                    va="center", fontsize="small")
+    ax.set_yticks(range(m))
+    ax.set_yticklabels(c.names)
+    ax.set_ylim(m - 0.5, -0.5)
+    ax.set_xlim(0, max(schedule.makespan * scale, 1e-12))
+    ax.set_xlabel(f"time ({unit}); filled: fraction of each {(edges[1] - edges[0]) * scale:.3g} "
+                  f"{unit} bin the device is busy (dotted: 100%)")
+    name = schedule.algorithm or "schedule"
+    ax.set_title(f"{name}: utilisation of {m} devices, {g.num_ops} ops, makespan "
+                 f"{schedule.makespan * scale:.4g} {unit}")
+    if by_type and g.num_ops:
+        ax.legend(handles=[Patch(facecolor=col, label=lab) for lab, col, _ in groups],
+                  loc="upper left", bbox_to_anchor=(1.08, 1.0), fontsize="small", frameon=False)
+    return ax
+
+
+def _label_colors(totals, max_op_types):
+    colors = dict(zip([x for x in totals.index if x not in (_NO_WORK_LABEL, "other")][:max_op_types],
+                      _COLORS))
+    colors.update({_NO_WORK_LABEL: _NO_WORK_COLOR, "other": _OTHER_COLOR})
+    return colors
+
+
+def plot_schedule(schedule, ax=None, critical_path=True, transfers=False, max_op_types=9,
+                  kind="gantt", bins=None, legend=True):
+    """Gantt chart of a schedule: one lane per device, one bar per op.
+
+    Bars are coloured by op type: the ``max_op_types`` types that cost the
+    most time in total get a colour each (:func:`op_time_by_type`; the legend
+    lists them with their total time, largest first), ops that do no work one
+    pale colour, the rest grey. The critical path is a thin black line above
+    the bars of the ops on it (dotted where it moves between devices), and
+    transfers are thin segments in a strip under each lane, from the send to
+    the tensor's arrival on that device, so that neither covers the ops.
+
+    Parameters
+    ----------
+    schedule : Schedule
+    ax : matplotlib Axes, optional
+        Drawn into a new figure when not given.
+    critical_path : bool
+        Draw :func:`critical_path`.
+    transfers : bool
+        Draw every transfer between devices in the receiving device's strip.
+    max_op_types : int
+    kind : {"gantt", "utilization"}
+        ``"utilization"``: :func:`plot_utilization` instead (``bins`` time bins).
+    legend : bool
+        Draw the legend (right of the chart); off for all but one of several
+        charts of one graph, whose colours are the same.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind``.
+    """
+    if kind in ("utilization", "utilisation"):
+        ax = plot_utilization(schedule, ax=ax, bins=bins, max_op_types=max_op_types)
+        if not legend and ax.get_legend() is not None:
+            ax.get_legend().remove()
+        return ax
+    if kind != "gantt":
+        raise ValueError(f"plot_schedule: unknown kind {kind!r}; use 'gantt' or 'utilization'")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    g, c = schedule.graph, schedule.cluster
+    m = c.num_devices
+    scale, unit = _time_unit(schedule.makespan)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * m))
     start, dur = schedule.start * scale, (schedule.finish - schedule.start) * scale
     dev = schedule.device
-    types = np.asarray([t or "op" for t in g.op_types], dtype=object)
-    if g.num_ops:
-        totals = {}
-        for t, d in zip(types.tolist(), dur.tolist()):
-            totals[t] = totals.get(t, 0.0) + d
-        top = sorted(totals, key=lambda t: -totals[t])[:max_op_types]
-    else:
-        top = []
-    cmap = plt.get_cmap(_PALETTE)
-    colors = {t: cmap(k % cmap.N) for k, t in enumerate(top)}
-    height = 0.7
     handles = []
-    for t in top + ["other"]:
-        sel = (types == t) if t != "other" else ~np.isin(types, top)
-        color = colors.get(t, _OTHER_COLOR)
-        if not sel.any():
-            continue
-        for k in range(m):
-            on = np.flatnonzero(sel & (dev == k))
-            if on.size:
-                ax.broken_barh(list(zip(start[on], dur[on])), (k - height / 2, height),
-                               facecolors=color, edgecolors="none")
-        handles.append(Patch(facecolor=color, label=t))
+    if g.num_ops:
+        labels, totals = op_time_by_type(schedule, max_op_types)
+        colors = _label_colors(totals, max_op_types)
+        busy = max(float(totals.sum()), 1e-300)
+        for label, total in totals.items():
+            sel = labels == label
+            for k in range(m):
+                on = np.flatnonzero(sel & (dev == k))
+                if on.size:
+                    ax.broken_barh(list(zip(start[on], dur[on])), (k + _BAR_TOP, _BAR_HEIGHT),
+                                   facecolors=colors[label], edgecolors="none", gid=f"ops:{label}")
+            handles.append(Patch(facecolor=colors[label],
+                                 label=f"{label}  {total * scale:.3g} {unit} ({total / busy:.0%})"))
     if critical_path and g.num_ops:
         path = np.asarray(_critical_path(schedule), dtype=np.int64)
-        for k in range(m):
-            on = path[dev[path] == k]
-            if on.size:
-                ax.broken_barh(list(zip(start[on], dur[on])), (k - height / 2, height),
-                               facecolors="none", edgecolors="red", linewidths=1.5)
-        xs = np.ravel(np.column_stack([start[path], start[path] + dur[path]]))
-        ys = np.repeat(dev[path], 2)
-        ax.plot(xs, ys, color="red", linewidth=1.0, alpha=0.8)
-        handles.append(Patch(facecolor="none", edgecolor="red",
-                             label=f"critical path ({len(path)} ops)"))
+        y = dev[path] + _PATH_Y
+        on_ops = np.stack([np.column_stack([start[path], y]),
+                           np.column_stack([start[path] + dur[path], y])], axis=1)
+        ax.add_collection(LineCollection(on_ops, colors="black", linewidths=2.0,
+                                         gid="critical_path", capstyle="butt"))
+        moves = np.flatnonzero(dev[path][1:] != dev[path][:-1])
+        if moves.size:  # from the end of one op to the start of the next, on another device
+            a, b = path[moves], path[moves + 1]
+            hops = np.stack([np.column_stack([start[a] + dur[a], dev[a] + _PATH_Y]),
+                             np.column_stack([start[b], dev[b] + _PATH_Y])], axis=1)
+            ax.add_collection(LineCollection(hops, colors="black", linewidths=0.6,
+                                             linestyles="dotted", gid="critical_path_hops"))
+        length = float(dur[path].sum())
+        handles.append(Line2D([], [], color="black", linewidth=2.0,
+                              label=f"critical path: {len(path)} ops, {length:.3g} {unit} of "
+                                    f"compute"))
     if transfers and g.num_edges:
         comm = _edge_comm(g, c, dev) * scale
         cross = np.flatnonzero(dev[g.src] != dev[g.dst])
         if cross.size:
             t0 = schedule.finish[g.src[cross]] * scale
-            segs = np.stack([np.column_stack([t0, dev[g.src[cross]]]),
-                             np.column_stack([t0 + comm[cross], dev[g.dst[cross]]])], axis=1)
-            ax.add_collection(LineCollection(segs, colors="0.35", linewidths=0.6, alpha=0.5))
+            y = dev[g.dst[cross]] + _TRANSFER_Y
+            segs = np.stack([np.column_stack([t0, y]), np.column_stack([t0 + comm[cross], y])],
+                            axis=1)
+            ax.add_collection(LineCollection(segs, colors="#555555", linewidths=2.5, alpha=0.35,
+                                             gid="transfers", capstyle="butt"))
+            handles.append(Line2D([], [], color="#555555", alpha=0.6, linewidth=2.5,
+                                  label=f"transfers in ({cross.size}, under each lane)"))
     ax.set_yticks(range(m))
     ax.set_yticklabels(c.names)
+    for k in range(m - 1):
+        ax.axhline(k + 0.5, color="0.9", linewidth=0.6)
     ax.set_ylim(m - 0.5, -0.5)
     ax.set_xlim(0, max(schedule.makespan * scale, 1e-12) * 1.01)
     ax.set_xlabel(f"time ({unit})")
     name = schedule.algorithm or "schedule"
     ax.set_title(f"{name}: {g.num_ops} ops on {m} devices, makespan "
                  f"{schedule.makespan * scale:.4g} {unit}")
-    if handles:
+    if handles and legend:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small",
-                  frameon=False)
+                  frameon=False, title="op time by type (total)", title_fontsize="small",
+                  alignment="left")
     return ax
+
+
+def plot_overview(schedule, critical_path=True, transfers=True, max_op_types=9, bins=None):
+    """A figure with the Gantt chart (:func:`plot_schedule`) above the utilisation view
+    (:func:`plot_utilization`), on one time axis: what ran where, and how busy each device was.
+
+    Returns
+    -------
+    matplotlib Figure
+    """
+    import matplotlib.pyplot as plt
+
+    m = schedule.cluster.num_devices
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 2.0 + 1.0 * m), sharex=True,
+                                      gridspec_kw={"height_ratios": [1.4, 1.0]})
+    plot_schedule(schedule, ax=top, critical_path=critical_path, transfers=transfers,
+                  max_op_types=max_op_types)
+    plot_utilization(schedule, ax=bottom, bins=bins, max_op_types=max_op_types)
+    top.set_xlabel("")
+    bottom.set_title("")
+    bottom.get_legend().remove()  # the Gantt chart's legend above has the same colours
+    fig.tight_layout()
+    return fig

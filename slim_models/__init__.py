@@ -32,18 +32,32 @@ pnasnet_mobile    5,064,487  5.1M (PNASNet paper)         gamma and beta
 nasnet_large     88,753,150  88,949,818 (Keras, incl.     gamma and beta
                              196,668 moving stats)
 ==============  ===========  ===========================  ==================
+
+Models that do not fit on one device (`LARGE_MODELS`; Tofu's and FlexFlow's
+workloads, see `resnet` and `rnn` for sources and counts):
+``wide_resnet`` (``depth`` 50/101/152, ``width``: Tofu's WResNets),
+``rnn_lm`` (multi-layer LSTM language model, statically unrolled) and
+``nmt`` (encoder-decoder LSTM with attention)::
+
+    m = slim_models.build_training_graph("wide_resnet", 8, dataset="cifar10",
+                                         depth=152, width=10)
+    m = slim_models.build_training_graph("rnn_lm", 64)   # FlexFlow's RNNLM
+
  See `training` for the graph's contents and
-the model modules (`vgg`, `inception`, `resnet`, `nasnet`) for the
+the model modules (`vgg`, `inception`, `resnet`, `nasnet`, `rnn`) for the
 architectures and their reference parameter counts.
 """
 
-from .training import (MODELS, PAPER_TABLE3, SPECS, DatasetPreset,
-                       TrainingGraph, build_training_graph, count_parameters,
+from .training import (ALL_MODELS, LARGE_MODELS, MODELS, PAPER_TABLE3,
+                       SPECS, DatasetPreset, TrainingGraph,
+                       build_training_graph, count_parameters,
                        dataset_preset, graph_size, model_parameter_count,
-                       step_graph_def)
+                       parse_model_options, resolved_options, step_graph_def)
 
 __all__ = [
-    "MODELS", "PAPER_TABLE3", "SPECS", "DatasetPreset", "TrainingGraph",
-    "build_training_graph", "count_parameters", "dataset_preset",
-    "graph_size", "model_parameter_count", "step_graph_def",
+    "ALL_MODELS", "LARGE_MODELS", "MODELS", "PAPER_TABLE3", "SPECS",
+    "DatasetPreset", "TrainingGraph", "build_training_graph",
+    "count_parameters", "dataset_preset", "graph_size",
+    "model_parameter_count", "parse_model_options", "resolved_options",
+    "step_graph_def",
 ]

@@ -19,6 +19,17 @@ networks, minus the input pipeline:
 Variables are resource variables; nothing touches the default graph or any
 global TensorFlow state.
 
+Models that do not fit on one device (`LARGE_MODELS`, Tofu's and FlexFlow's
+workloads): ``wide_resnet`` (options ``depth`` 50/101/152 and ``width``,
+default WResNet-50-4) takes images like the six; the sequence models
+``rnn_lm`` and ``nmt`` (options ``num_layers``, ``hidden_size``,
+``vocab_size``, ``seq_length``, ``embedding_size``; defaults: FlexFlow's
+configurations, see `rnn`) take ``[N, T]`` int32 word ids instead, drawn like
+the images from constant seeds (``inputs``; ``images`` is None), predict the
+next word at every step (``logits`` ``[N, T, vocab]``, ``labels`` ``[N, T]``)
+and are trained on the mean sparse softmax cross-entropy over all steps, with
+no weight decay.
+
 Caveat for multi-step runs: at CIFAR size with batch 2, the last stage of the
 batch-norm networks runs on 1x1 maps, so each batch norm normalises 2 values
 per channel; its gradient is then ~1/sqrt(epsilon) large and these nets
@@ -33,7 +44,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
 
-from . import inception, nasnet, resnet, vgg
+from . import inception, nasnet, resnet, rnn, vgg
 from .layers import Layers
 
 v1 = tf.compat.v1
@@ -48,6 +59,11 @@ class _Spec(NamedTuple):
     forward: Callable[..., Any]
     reference_params: int
     reference_source: str
+    #: "images" ([N, H, W, 3] floats), "tokens" (a language model's [N, T]
+    #: word ids) or "translation" (source and target word ids).
+    inputs: str = "images"
+    #: Model options and their defaults, for the models that check them.
+    defaults: Optional[Dict[str, Any]] = None
 
 
 def _nasnet_forward(variant):
@@ -61,6 +77,28 @@ def _resnet_forward(depth, version):
     def forward(L, images, num_classes):
         return resnet.resnet(L, images, num_classes, depth, version)
     return forward
+
+
+def _wide_resnet_forward(L, images, num_classes, depth, width):
+    return resnet.resnet(L, images, num_classes, depth, 1, width)
+
+
+def _rnn_lm_forward(L, inputs, num_layers, hidden_size, vocab_size,
+                    seq_length, embedding_size=None):
+    del seq_length  # the inputs' shape
+    return rnn.rnn_lm(L, inputs["tokens"], num_layers, hidden_size,
+                      vocab_size, embedding_size), None
+
+
+def _nmt_forward(L, inputs, num_layers, hidden_size, vocab_size, seq_length,
+                 embedding_size=None, attention_size=None):
+    del seq_length
+    return rnn.nmt(L, inputs["source"], inputs["target"], num_layers,
+                   hidden_size, vocab_size, embedding_size,
+                   attention_size), None
+
+
+_SEQUENCE_DEFAULTS = dict(embedding_size=None)
 
 
 SPECS: Dict[str, _Spec] = {
@@ -88,10 +126,34 @@ SPECS: Dict[str, _Spec] = {
                           nasnet.REFERENCE_PARAMS_NASNET_LARGE,
                           "Keras NASNetLarge (88.9M, paper Table 2), "
                           "no aux head"),
+    "wide_resnet": _Spec(
+        224, resnet.WEIGHT_DECAY, resnet.make_layers, _wide_resnet_forward,
+        round(resnet.TOFU_TABLE2_GIB[50, 4] * 2**30
+              / resnet.TOFU_BYTES_PER_PARAMETER),
+        "Tofu Table 2: WResNet-50-4 4.2 GB at 12 bytes/parameter",
+        defaults=dict(depth=50, width=4)),
+    "rnn_lm": _Spec(
+        None, 0.0, rnn.make_layers, _rnn_lm_forward,
+        rnn.rnn_lm_parameter_count(**rnn.FLEXFLOW_RNNLM)["total"],
+        "FlexFlow RNNLM config (2x2048 LSTM, 10k words), analytic; "
+        "no figure in the paper", inputs="tokens",
+        defaults=dict(rnn.FLEXFLOW_RNNLM, **_SEQUENCE_DEFAULTS)),
+    "nmt": _Spec(
+        None, 0.0, rnn.make_layers, _nmt_forward,
+        rnn.nmt_parameter_count(**rnn.FLEXFLOW_NMT)["total"],
+        "FlexFlow NMT config (2+2x1024 LSTM, attention, 20k words), "
+        "analytic; no figure in the paper", inputs="translation",
+        defaults=dict(rnn.FLEXFLOW_NMT, attention_size=None,
+                      **_SEQUENCE_DEFAULTS)),
 }
 
+#: The FD-DPS paper's six networks.
 MODELS = ("vgg16", "inception_v3", "resnet50", "resnet200", "pnasnet_mobile",
           "nasnet_large")
+#: Tofu's and FlexFlow's models that do not fit on one device at full size.
+LARGE_MODELS = ("wide_resnet", "rnn_lm", "nmt")
+#: Every model `build_training_graph` builds.
+ALL_MODELS = MODELS + LARGE_MODELS
 
 #: The paper's Table 3 (TF 1.14 TF-Slim graphs): batch, operators, edges.
 PAPER_TABLE3 = {
@@ -123,6 +185,9 @@ def dataset_preset(dataset: str, model: Optional[str] = None) -> DatasetPreset:
     except KeyError:
         raise ValueError(f"unknown dataset {dataset!r}; "
                          f"known: {sorted(_PRESETS)}") from None
+    if model is not None and _spec(model).inputs != "images":
+        raise ValueError(f"model {model!r} reads word ids, not images: it "
+                         f"takes no dataset {dataset!r}")
     if preset.image_size is None and model is not None:
         preset = preset._replace(image_size=_spec(model).default_image_size)
     return preset
@@ -132,7 +197,48 @@ def _spec(name: str) -> _Spec:
     try:
         return SPECS[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {MODELS}") from None
+        raise ValueError(f"unknown model {name!r}; known: {ALL_MODELS}") from None
+
+
+def parse_model_options(items) -> Dict[str, Any]:
+    """Model options from the command line: ``["depth=152", "width=10"]`` ->
+    ``{"depth": 152, "width": 10}`` (values read as Python literals where
+    they parse, else kept as strings).
+
+    Raises:
+      ValueError: naming an item that is not ``KEY=VALUE``.
+    """
+    import ast
+
+    options = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"model option {item!r} is not KEY=VALUE")
+        try:
+            options[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            options[key.strip()] = value.strip()
+    return options
+
+
+def resolved_options(name: str, **options) -> Dict[str, Any]:
+    """The options a model is built with: ``options`` over its defaults.
+
+    Only the models that declare defaults (`LARGE_MODELS`) are checked; the
+    six take their options as keyword arguments of their builders.
+
+    Raises:
+      ValueError: naming an option the model does not take.
+    """
+    spec = _spec(name)
+    if spec.defaults is None:
+        return dict(options)
+    unknown = sorted(set(options) - set(spec.defaults))
+    if unknown:
+        raise ValueError(f"model {name!r} takes no option {unknown[0]!r}; "
+                         f"its options: {sorted(spec.defaults)}")
+    return {**spec.defaults, **options}
 
 
 @dataclasses.dataclass
@@ -140,19 +246,27 @@ class TrainingGraph:
     """A built training graph and handles into it.
 
     Attributes:
-      name, batch_size, image_size, num_classes, seed: the build arguments.
+      name, batch_size, image_size, num_classes, seed: the build arguments
+        (sequence models: ``image_size`` None, ``num_classes`` the
+        vocabulary).
       graph: the `tf.Graph` (not finalized).
       images: ``[N, H, W, 3]`` float32, in-graph constant-seeded stateless
-        random batch (same values on every step and every run).
-      labels: ``[N]`` int32, likewise.
-      logits: ``[N, num_classes]``; aux_logits: the auxiliary head's, or None.
+        random batch (same values on every step and every run); None for
+        the sequence models.
+      labels: ``[N]`` int32, likewise (``[N, T]`` next words for the
+        sequence models).
+      logits: ``[N, num_classes]`` (``[N, T, vocab]``); aux_logits: the
+        auxiliary head's, or None.
       cross_entropy: mean softmax cross-entropy of the main head.
       loss: total loss (cross-entropy + 0.4 aux + weight decay), scalar.
       train_op: one momentum-SGD step plus the batch-norm updates.
       init_op: initialises all variables (including optimizer slots).
       global_step: int64 resource variable incremented by ``train_op``.
       trainable_variables: the model's trainable variables.
-      options: the model options used (e.g. ``aux_head``).
+      options: the model options used (e.g. ``aux_head``; every option
+        with its default for `LARGE_MODELS`).
+      inputs: the input tensors by name: ``{"images"}``, ``{"tokens"}``
+        (``rnn_lm``, ``[N, T]`` int32) or ``{"source", "target"}`` (``nmt``).
     """
     name: str
     batch_size: int
@@ -171,6 +285,7 @@ class TrainingGraph:
     global_step: Any
     trainable_variables: List[Any]
     options: Dict[str, Any]
+    inputs: Dict[str, Any] = dataclasses.field(default_factory=dict)
     _graph_def: Any = dataclasses.field(default=None, repr=False)
     _graph_def_version: int = dataclasses.field(default=-1, repr=False)
 
@@ -191,12 +306,36 @@ class TrainingGraph:
         return [self.train_op, self.loss]
 
 
+def _build_sequence_forward(spec: _Spec, batch_size: int, seed: int,
+                            options: Dict[str, Any]):
+    """Word-id data (next-word targets) and a sequence model's forward
+    pass, in the current (fresh) graph."""
+    vocab, steps = int(options["vocab_size"]), int(options["seq_length"])
+    with v1.name_scope("data"):
+        # T + 1 words: the model reads the first T and predicts the last T.
+        words = tf.random.stateless_uniform(
+            [batch_size, steps + 1], seed=[seed, 1], minval=0, maxval=vocab,
+            dtype=tf.int32, name="words")
+        inputs = {"tokens": words[:, :-1]}
+        labels = words[:, 1:]
+        if spec.inputs == "translation":
+            inputs = {"source": tf.random.stateless_uniform(
+                [batch_size, steps], seed=[seed, 3], minval=0, maxval=vocab,
+                dtype=tf.int32, name="source"), "target": words[:, :-1]}
+    L = spec.make_layers(seed)
+    logits, aux_logits = spec.forward(L, inputs, **options)
+    return inputs, labels, logits, aux_logits, L
+
+
 def _build_forward(spec: _Spec, batch_size: int, image_size: int,
                    num_classes: int, seed: int, dropout: bool,
                    model_options: Dict[str, Any]):
-    """Data and forward pass, in the current (fresh) graph."""
+    """Data and forward pass, in the current (fresh) graph; returns
+    ``(inputs, labels, logits, aux_logits, layers)``."""
     # Graph-level seed: variable initialisers get deterministic op seeds.
     v1.set_random_seed(seed)
+    if spec.inputs != "images":
+        return _build_sequence_forward(spec, batch_size, seed, model_options)
     with v1.name_scope("data"):
         images = tf.random.stateless_uniform(
             [batch_size, image_size, image_size, 3], seed=[seed, 1],
@@ -207,27 +346,39 @@ def _build_forward(spec: _Spec, batch_size: int, image_size: int,
     L = spec.make_layers(seed)
     L.use_dropout = dropout
     logits, aux_logits = spec.forward(L, images, num_classes, **model_options)
-    return images, labels, logits, aux_logits, L
+    return {"images": images}, labels, logits, aux_logits, L
+
+
+def _check_sequence_arguments(name: str, image_size, num_classes) -> None:
+    if image_size is not None or num_classes is not None:
+        raise ValueError(f"model {name!r} reads word ids: give vocab_size "
+                         f"and seq_length, not image_size or num_classes")
 
 
 def model_parameter_count(name: str, image_size: Optional[int] = None,
-                          num_classes: int = 1000, **model_options) -> int:
+                          num_classes: Optional[int] = None,
+                          **model_options) -> int:
     """Trainable parameters of a model, building only its forward pass
     (batch 1, no gradients or optimizer: a few times faster than
     `build_training_graph` and nothing is run).
 
     Args:
-      name: one of `MODELS`.
+      name: one of `ALL_MODELS`.
       image_size: None: the model's ImageNet size.
-      num_classes: classes.
-      **model_options: as for `build_training_graph` (e.g. ``aux_head``).
+      num_classes: classes; None: 1000.
+      **model_options: as for `build_training_graph` (e.g. ``aux_head``,
+        ``depth``, ``hidden_size``).
     Returns:
       the number of trainable scalars.
     """
     spec = _spec(name)
+    options = resolved_options(name, **model_options)
+    if spec.inputs != "images":
+        _check_sequence_arguments(name, image_size, num_classes)
     size = spec.default_image_size if image_size is None else int(image_size)
+    classes = 1000 if num_classes is None else int(num_classes)
     with tf.Graph().as_default():
-        _build_forward(spec, 1, size, int(num_classes), 0, True, model_options)
+        _build_forward(spec, 1, size, classes, 0, True, options)
         return sum(int(tf.TensorShape(v.shape).num_elements())
                    for v in v1.trainable_variables())
 
@@ -243,7 +394,7 @@ def build_training_graph(name: str, batch_size: int,
     """Build one training step of a model in a fresh `tf.Graph`.
 
     Args:
-      name: one of `MODELS`.
+      name: one of `ALL_MODELS`.
       batch_size: examples per step.
       image_size: square input size; None: the model's ImageNet size (or the
         ``dataset``'s).
@@ -258,31 +409,59 @@ def build_training_graph(name: str, batch_size: int,
       **model_options: per-model options: ``aux_head`` (Inception-V3,
         NASNet, PNASNet; default True as in TF-Slim training), and for the
         NASNets any TF-Slim hparam of `nasnet.NASNET_LARGE_CONFIG` (e.g.
-        ``num_cells``, ``num_conv_filters``).
+        ``num_cells``, ``num_conv_filters``); ``wide_resnet``: ``depth``
+        (50, 101, 152) and ``width`` (default 50 and 4, WResNet-50-4);
+        ``rnn_lm`` and ``nmt``: ``num_layers``, ``hidden_size``,
+        ``vocab_size``, ``seq_length``, ``embedding_size`` (``nmt`` also
+        ``attention_size``), defaults FlexFlow's (`rnn.FLEXFLOW_RNNLM`,
+        `rnn.FLEXFLOW_NMT`).
     Returns:
       a `TrainingGraph`. Same arguments give the same GraphDef.
+    Raises:
+      ValueError: an unknown model or option, or image arguments for a
+        sequence model.
+
+    Example (Tofu's RNN-6-4K, unrolled for 20 steps)::
+
+        m = build_training_graph("rnn_lm", 32, num_layers=6,
+                                 hidden_size=4096, seq_length=20)
     """
     spec = _spec(name)
-    if dataset is not None:
-        preset = dataset_preset(dataset, name)
-        image_size = preset.image_size if image_size is None else image_size
-        num_classes = preset.num_classes if num_classes is None else num_classes
-    image_size = spec.default_image_size if image_size is None else int(image_size)
-    num_classes = 1000 if num_classes is None else int(num_classes)
+    options = resolved_options(name, **model_options)
+    sequence = spec.inputs != "images"
+    if sequence:
+        if dataset is not None:
+            dataset_preset(dataset, name)  # raises: no image dataset
+        _check_sequence_arguments(name, image_size, num_classes)
+        num_classes = int(options["vocab_size"])
+    else:
+        if dataset is not None:
+            preset = dataset_preset(dataset, name)
+            image_size = preset.image_size if image_size is None else image_size
+            num_classes = preset.num_classes if num_classes is None else num_classes
+        image_size = spec.default_image_size if image_size is None else int(image_size)
+        num_classes = 1000 if num_classes is None else int(num_classes)
     batch_size = int(batch_size)
     wd = spec.weight_decay if weight_decay is None else weight_decay
 
     graph = tf.Graph()
     with graph.as_default():
-        images, labels, logits, aux_logits, L = _build_forward(
+        inputs, labels, logits, aux_logits, L = _build_forward(
             spec, batch_size, image_size, num_classes, seed, dropout,
-            model_options)
+            options)
         trainable = v1.trainable_variables()
 
         with v1.name_scope("loss"):
-            onehot = tf.one_hot(labels, num_classes)
-            xent = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
-                labels=onehot, logits=logits), name="cross_entropy")
+            if sequence:
+                # Sparse labels: a one-hot [N, T, vocab] would be as big as
+                # the logits.
+                xent = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(
+                        labels=labels, logits=logits), name="cross_entropy")
+            else:
+                onehot = tf.one_hot(labels, num_classes)
+                xent = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+                    labels=onehot, logits=logits), name="cross_entropy")
             terms = [xent]
             if aux_logits is not None:
                 aux = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
@@ -314,14 +493,15 @@ def build_training_graph(name: str, batch_size: int,
             train_op = tf.group(apply_op, name="train_op")
         init_op = v1.global_variables_initializer()
 
-    options = dict(model_options)
     return TrainingGraph(
-        name=name, batch_size=batch_size, image_size=image_size,
-        num_classes=num_classes, seed=seed, graph=graph, images=images,
+        name=name, batch_size=batch_size,
+        image_size=None if sequence else image_size,
+        num_classes=num_classes, seed=seed, graph=graph,
+        images=inputs.get("images"),
         labels=labels, logits=logits, aux_logits=aux_logits,
         cross_entropy=xent, loss=loss, train_op=train_op, init_op=init_op,
         global_step=global_step, trainable_variables=list(trainable),
-        options=options)
+        options=options, inputs=inputs)
 
 
 def count_parameters(model: TrainingGraph) -> int:

@@ -8,17 +8,60 @@ TF fixtures (fddps.tf tests):
   ``RunMetadata.partition_graphs`` and fidelity can be checked node by node.
 - ``cnn_graph`` / ``while_graph``: small training graphs (session-scoped).
 - ``tf_train_step``: run init + one training step, return loss, variables, metadata.
+
+Portability across CPUs: a test marked ``reads_cpu`` (its outcome goes through
+this machine's CPU preset, ``costmodel.cpu_preset``) runs three times: on this
+machine's CPU and with ``/proc/cpuinfo`` faked (``FDDPS_CPUINFO``) to an
+AVX2-only CPU at 2.0 GHz and an AVX-512 CPU at 3.5 GHz, whose presets differ
+by 3.5x in peak FLOP/s. A slow test names one of them (``reads_cpu("avx2-2.0GHz")``)
+and runs twice; between them the slow ones cover both. Tests that merely need
+a cost model pin a named preset instead; tests whose costs come from a profile
+(``experiments.costmodel_accuracy``, ``real_cluster``) are not marked. ``FDDPS_CPUINFO=tests/data/cpuinfo/<name> pytest`` runs the whole
+suite on a faked CPU.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+CPUINFO_DIR = Path(__file__).parent / "data" / "cpuinfo"
+#: CPUs the ``reads_cpu`` tests run on: None is this machine's (or the one
+#: ``FDDPS_CPUINFO`` already names).
+CPUS = {"this-cpu": None, "avx2-2.0GHz": CPUINFO_DIR / "avx2-2.0GHz",
+        "avx512-3.5GHz": CPUINFO_DIR / "avx512-3.5GHz"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "reads_cpu(*fakes): runs on this machine's CPU and on the "
+                                       "faked CPUs named (default: all of CPUS), see tests/conftest.py")
+
+
+def pytest_generate_tests(metafunc):
+    marker = metafunc.definition.get_closest_marker("reads_cpu")
+    if marker is None:
+        return
+    fakes = list(marker.args) or [name for name, path in CPUS.items() if path is not None]
+    unknown = [f for f in fakes if f not in CPUS]
+    if unknown:
+        raise ValueError(f"reads_cpu names unknown CPUs {unknown}; known: {list(CPUS)}")
+    metafunc.fixturenames.append("cpu_model")
+    metafunc.parametrize("cpu_model", ["this-cpu", *fakes], indirect=True)
+
+
+@pytest.fixture
+def cpu_model(request, monkeypatch):
+    """The CPU a ``reads_cpu`` test runs on: its name in :data:`CPUS`."""
+    path = CPUS[request.param]
+    if path is not None:
+        monkeypatch.setenv("FDDPS_CPUINFO", str(path))
+    return request.param
 
 
 def _tf():

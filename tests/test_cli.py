@@ -37,6 +37,7 @@ def test_demo_places_a_built_in_model_and_writes_its_outputs(tmp_path, capsys):
     assert {n.device for n in placed.node} <= {"/device:GPU:0", "/device:GPU:1"}
 
 
+@pytest.mark.reads_cpu
 def test_place_then_simulate_then_plot(small_graph_file, tmp_path, capsys):
     placed = tmp_path / "placed.pbtxt"
     assert main(["place", str(small_graph_file), "--cpus", "2", "--out", str(placed),
@@ -92,6 +93,7 @@ def test_help_runs_as_a_program():
     assert out.returncode == 0 and "place" in out.stdout and "bench" in out.stdout
 
 
+@pytest.mark.reads_cpu
 def test_profile_writes_a_cost_model_that_place_accepts(tmp_path, capsys):
     out = tmp_path / "cm.json"
     assert main(["profile", "--model", "vgg16", "--batch-size", "2", "--steps", "2", "--warmup", "1",

@@ -151,6 +151,7 @@ def test_link_model_recovers_latency_and_bandwidth():
 
 
 # -- op times ------------------------------------------------------------------------------
+@pytest.mark.reads_cpu
 def test_op_time_regression_predicts_held_out_ops_of_known_truth():
     """Per-type linear truth with 5% noise: held-out ops predicted within 10% (median) / 25% (max)."""
     rng = np.random.default_rng(4)
@@ -170,6 +171,7 @@ def test_op_time_regression_predicts_held_out_ops_of_known_truth():
     assert cm.last_report.counts == {"regression": int((~train).sum())}
 
 
+@pytest.mark.reads_cpu
 def test_profiled_op_keeps_its_time_and_scales_to_another_batch_size():
     """A per-op efficiency the type's fit cannot see is carried from one batch size to another."""
     rng = np.random.default_rng(7)
@@ -192,6 +194,7 @@ def test_profiled_op_keeps_its_time_and_scales_to_another_batch_size():
     assert np.median(np.abs(alone - t16) / t16) > 3 * np.median(rel)
 
 
+@pytest.mark.reads_cpu
 def test_scaling_to_another_batch_ignores_bytes_that_do_not_grow_with_it():
     """TF's CPU Conv2DBackpropInput on tiny maps: time tracks the (constant) filter
     bytes across ops, yet each op's time doubles with the batch. The type's fit
@@ -216,6 +219,7 @@ def test_scaling_to_another_batch_ignores_bytes_that_do_not_grow_with_it():
     assert np.median(np.abs(pred - t16) / t16) < 0.02
 
 
+@pytest.mark.reads_cpu
 def test_pruned_ops_stay_zero_and_unseen_types_fall_back_counted(recwarn):
     ops = op_frame(30, "Conv2D", seed=9)
     measured = ops.assign(seconds=truth(ops), status="timed", device_type="CPU")
@@ -239,6 +243,7 @@ def test_pruned_ops_stay_zero_and_unseen_types_fall_back_counted(recwarn):
     assert cm.last_report.counts == {"analytic": 3}
 
 
+@pytest.mark.reads_cpu
 def test_op_times_reject_unknown_device_types_and_missing_columns():
     cm = default_cost_model()
     ops = op_frame(3)
@@ -261,6 +266,7 @@ def test_iterated_mean_ignores_outliers():
 
 
 # -- memory ------------------------------------------------------------------------------
+@pytest.mark.reads_cpu
 def test_memory_defaults_to_params_and_outputs_and_scales_measured_transients():
     ops = op_frame(3)
     ops["param_bytes"] = [100.0, 0.0, 0.0]
@@ -294,6 +300,7 @@ def fitted_model():
                                graph=costmodel.graph_fingerprint(ops), meta={"note": "test"})
 
 
+@pytest.mark.reads_cpu
 def test_save_load_round_trips_exactly(tmp_path):
     ops, cm = fitted_model()
     for model in (default_cost_model(), cm):
@@ -308,6 +315,7 @@ def test_save_load_round_trips_exactly(tmp_path):
     assert '"kind": "linear"' in path.read_text()
 
 
+@pytest.mark.reads_cpu
 def test_corrupt_or_foreign_files_get_a_clear_error_naming_the_file(tmp_path):
     ops, cm = fitted_model()
     path = cm.save(tmp_path / "model.json")
@@ -355,3 +363,21 @@ def test_profile_files_round_trip_and_reject_other_graphs(tmp_path):
 def test_costmodel_does_not_import_tensorflow():
     code = "import sys, costmodel; costmodel.default_cost_model(); assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cpu_preset_reads_a_faked_cpuinfo(monkeypatch, tmp_path):
+    from conftest import CPUS
+    from costmodel.hardware import cpu_preset
+
+    monkeypatch.setenv("FDDPS_CPUINFO", str(CPUS["avx2-2.0GHz"]))
+    avx2 = cpu_preset(2)
+    assert avx2.peak_flops == 2 * 2.0e9 * 32 and "E5-2683 v4" in avx2.source
+    assert presets["cpu"].source.startswith("FDDPS_CPUINFO=")   # the named presets follow it
+    monkeypatch.setenv("FDDPS_CPUINFO", str(CPUS["avx512-3.5GHz"]))
+    assert cpu_preset(2).peak_flops == 2 * 3.5e9 * 64          # clock from 'cpu MHz'
+    assert presets["cpu"].peak_flops == cpu_preset().peak_flops
+    monkeypatch.setenv("FDDPS_CPUINFO", str(tmp_path / "missing"))
+    with pytest.raises(CostModelError, match="FDDPS_CPUINFO=.*missing.*cannot be read"):
+        cpu_preset()
+    monkeypatch.delenv("FDDPS_CPUINFO")
+    assert presets["cpu"].source.startswith("this machine")

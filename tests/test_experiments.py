@@ -179,9 +179,6 @@ def test_fig5_smoke(tmp_path, capsys):
     want = {"fddps", "heft", "place(fddps)"}
     assert want <= set(models.algorithm) <= want | {"fddps:split=False"}
     assert (models.search_seconds > 0).all() and (models.status == "ok").all()
-    # place() end to end reads the GraphDef and schedules: never faster than scheduling alone.
-    t = models.set_index("algorithm").search_seconds
-    assert t["place(fddps)"] >= t["fddps"] * 0.5
     assert set(sizes.algorithm) == {"fddps", "heft"} and (sizes.seconds > 0).all()
     assert "search time" in text
 

@@ -12,6 +12,8 @@ import pytest
 matplotlib.use("Agg")
 
 from fddps import Cluster, OpGraph, Schedule, schedule  # noqa: E402
+from fddps import plot  # noqa: E402
+from fddps.generators import training_graph  # noqa: E402
 from fddps.plot import critical_path, plot_schedule  # noqa: E402
 from fddps.trace import to_chrome_trace  # noqa: E402
 
@@ -48,19 +50,86 @@ def test_critical_path_of_a_chain_is_the_chain():
     assert dur == pytest.approx(s.makespan)
 
 
+def _by_gid(ax, gid):
+    return [c for c in ax.collections if c.get_gid() == gid]
+
+
 def test_plot_schedule_draws_lanes_critical_path_and_transfers(two_device_schedule):
     s = two_device_schedule
     ax = plot_schedule(s, transfers=True)
     assert [t.get_text() for t in ax.get_yticklabels()] == ["gpu0", "gpu1"]
-    red = [c for c in ax.collections
-           if len(c.get_edgecolor()) and tuple(c.get_edgecolor()[0][:3]) == (1.0, 0.0, 0.0)]
-    assert sum(len(c.get_paths()) for c in red) == 3  # a, b, d outlined
-    lines = [c for c in ax.collections if type(c).__name__ == "LineCollection"]
-    assert len(lines) == 1 and len(lines[0].get_segments()) == 2  # a->b and a->d cross devices
+    # The critical path a -> b -> d: one thin line per op, above its bar, and one hop between devices.
+    (path,) = _by_gid(ax, "critical_path")
+    segs = path.get_segments()
+    assert [tuple(np.round(seg[:, 0], 6)) for seg in segs] == [(0, 1), (2, 5), (5, 6)]
+    bars_top = {k: k + plot._BAR_TOP for k in (0, 1)}
+    assert all(seg[0, 1] < bars_top[round(seg[0, 1])] for seg in segs)  # above the bars, not on them
+    (hops,) = _by_gid(ax, "critical_path_hops")
+    assert len(hops.get_segments()) == 1  # a (gpu0) -> b (gpu1)
+    # Transfers a->b and a->d go into gpu1's strip under its bars, from a's finish to arrival.
+    (tr,) = _by_gid(ax, "transfers")
+    t = tr.get_segments()
+    assert len(t) == 2 and all(seg[0, 1] > 1 + plot._BAR_TOP + plot._BAR_HEIGHT for seg in t)
+    assert sorted(tuple(np.round(seg[:, 0], 6)) for seg in t) == [(1, 1), (1, 2)]
     assert "makespan 6" in ax.get_title()
     ax2 = plot_schedule(s, critical_path=False)
-    assert not [c for c in ax2.collections
-                if len(c.get_edgecolor()) and tuple(c.get_edgecolor()[0][:3]) == (1.0, 0.0, 0.0)]
+    assert not _by_gid(ax2, "critical_path") and not _by_gid(ax2, "transfers")
+
+
+def test_legend_lists_op_types_by_total_time_not_count():
+    """40 cheap Relus and 30 Identities outnumber 2 Conv2Ds; the Conv2Ds cost the most time."""
+    types = ["Conv2D"] * 2 + ["Relu"] * 40 + ["Identity"] * 30 + ["MatMul"] * 3
+    times = [5.0] * 2 + [0.01] * 40 + [0.05] * 30 + [1.0] * 3
+    g = OpGraph([f"op{i}" for i in range(len(types))], times, [], op_types=types)
+    s = schedule(g, Cluster.homogeneous(2))
+    labels, totals = plot.op_time_by_type(s, max_op_types=2)
+    assert list(totals.index) == ["Conv2D", "MatMul", plot._NO_WORK_LABEL, "other"]
+    assert totals["Conv2D"] == pytest.approx(10.0) and totals["other"] == pytest.approx(0.4)
+    assert totals.sum() == pytest.approx(sum(times))
+    assert (labels[2:42] == "other").all() and (labels[42:72] == plot._NO_WORK_LABEL).all()
+    ax = plot_schedule(s, max_op_types=2)
+    legend = [t.get_text().split("  ")[0] for t in ax.get_legend().get_texts()]
+    assert legend[:4] == ["Conv2D", "MatMul", plot._NO_WORK_LABEL, "other"]
+    assert legend[4].startswith("critical path")
+
+
+def test_utilization_is_a_fraction_and_adds_up_to_each_devices_busy_time():
+    g = training_graph(300, seed=4)
+    s = schedule(g, Cluster.homogeneous(3, bandwidth=1e9, latency=1e-5), algorithm="heft")
+    dur = s.finish - s.start
+    for bins in (1, 7, 200):
+        edges, busy = plot.utilization(s, bins=bins)
+        assert busy.shape == (3, bins) and edges[0] == 0 and edges[-1] == pytest.approx(s.makespan)
+        assert (busy >= 0).all() and (busy <= 1).all()
+        per_device = (busy * np.diff(edges)).sum(axis=1)
+        np.testing.assert_allclose(per_device, [dur[s.device == k].sum() for k in range(3)],
+                                   rtol=1e-9)
+        # Each bin's busy fraction is the overlap of the device's ops with it, bin by bin.
+        k = int(s.device[0])
+        on = s.device == k
+        for b in (0, bins // 2, bins - 1):
+            lo, hi = edges[b], edges[b + 1]
+            overlap = np.clip(np.minimum(s.finish[on], hi) - np.maximum(s.start[on], lo), 0, None)
+            assert busy[k, b] == pytest.approx(overlap.sum() / (hi - lo), abs=1e-9)
+    # The device an op alone runs on is fully busy in the bins inside it.
+    one = schedule(OpGraph(["a"], [2.0], []), Cluster.homogeneous(2))
+    _, busy = plot.utilization(one, bins=4)
+    assert busy[one.device[0]].tolist() == [1.0] * 4 and busy.sum() == 4.0
+    with pytest.raises(ValueError, match="bins >= 1"):
+        plot.utilization(s, bins=0)
+
+
+def test_plot_utilization_and_overview(two_device_schedule):
+    s = two_device_schedule
+    ax = plot_schedule(s, kind="utilization", bins=6)
+    fills = _by_gid(ax, "utilization")
+    assert fills and [t.get_text() for t in ax.get_yticklabels()] == ["gpu0", "gpu1"]
+    assert sorted(t.get_text() for t in ax.texts) == ["67% busy", "67% busy"]  # 4 s of 6 each
+    with pytest.raises(ValueError, match="unknown kind 'pie'"):
+        plot_schedule(s, kind="pie")
+    fig = plot.plot_overview(s)
+    assert len(fig.axes) == 2 and _by_gid(fig.axes[0], "critical_path") and _by_gid(fig.axes[1],
+                                                                                     "utilization")
 
 
 def test_chrome_trace_has_ops_devices_and_transfers(two_device_schedule, tmp_path):

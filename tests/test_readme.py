@@ -13,6 +13,7 @@ def test_readme_has_examples():
     assert len(BLOCKS) >= 2
 
 
+@pytest.mark.reads_cpu("avx2-2.0GHz")
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_example_runs(index, tmp_path, monkeypatch):
     import matplotlib

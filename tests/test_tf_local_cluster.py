@@ -37,6 +37,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.reads_cpu("avx512-3.5GHz")
 def test_placed_graph_runs_across_two_workers(cnn_graph, tf_config, tf_train_step):
     ref = tf_train_step(cnn_graph.graph_def, cnn_graph, tf_config(1))
     pids = []

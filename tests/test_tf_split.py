@@ -102,6 +102,7 @@ def assert_ran_where_placed(graph_def, metadata):
     return ran
 
 
+@pytest.mark.reads_cpu
 def test_candidates_come_from_shapes_and_the_rules(net, while_graph):
     graph, info = read_graph_def(net.graph_def, default_cost_model(), CPUS, fetches=FETCHES)
     found = {(c.op, c.rule.dim): c for c in graph.split_candidates}
@@ -126,6 +127,7 @@ def test_candidates_come_from_shapes_and_the_rules(net, while_graph):
     assert all(frames[c.op] == "" for c in graph.split_candidates)
 
 
+@pytest.mark.reads_cpu
 @pytest.mark.parametrize("dims", [("batch", "rows"), ("channels", "cols"), ("channels", "inner")])
 def test_rewrite_computes_the_same_step(net, reference, dims, tf_train_step, tf_config):
     """Every Conv2D, backprop and the forward MatMul split into up to 4 uneven parts."""
@@ -155,6 +157,7 @@ def test_rewrite_computes_the_same_step(net, reference, dims, tf_train_step, tf_
                                                               for d in CPUS}
 
 
+@pytest.mark.reads_cpu
 def test_place_splits_where_it_pays_and_is_correct(net, reference, tf_train_step, tf_config):
     import matplotlib
 
@@ -191,6 +194,7 @@ def test_place_splits_where_it_pays_and_is_correct(net, reference, tf_train_step
     assert [t.get_text() for t in ax.get_yticklabels()] == list(p.cluster.names)
 
 
+@pytest.mark.reads_cpu
 def test_rewrite_refuses_decisions_that_do_not_fit_the_graph(net):
     graph, _ = read_graph_def(net.graph_def, default_cost_model(), CPUS, fetches=FETCHES)
     cand = next(c for c in graph.split_candidates if c.op == "conv1/Conv2D" and c.rule.dim == "batch")
@@ -218,6 +222,7 @@ def test_op_table_prints_no_deprecation_warning():
     assert "deprecated" not in run.stderr and "flops_registry" not in run.stderr
 
 
+@pytest.mark.reads_cpu
 def test_rewrite_of_the_batch_norm_cnn(cnn_graph, tf_train_step, tf_config):
     """conftest's Conv-BN-ReLU net: every conv and backprop split 3 ways on the batch of 4."""
     graph, _ = read_graph_def(cnn_graph.graph_def, default_cost_model(), CPUS,

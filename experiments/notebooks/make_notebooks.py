@@ -45,10 +45,15 @@ def schedules():
             "A small training graph (ResNet-50 from `slim_models`, CIFAR-10 size, small batch) is read "
             "once with `fddps.tf.read_graph_def` and scheduled by each algorithm on 4 simulated P100s "
             "(`costmodel.default_cost_model(gpu='p100')`: an analytic roofline model, PCIe 3 links). "
-            "Each chart is a Gantt chart with one lane per device: bars are ops coloured by type, the "
-            "**critical path** (the chain of ops and transfers that sets the step's length) is outlined "
-            "in red, and grey lines are **transfers** from a producer's finish to the tensor's arrival "
-            "on the consumer's device."),
+            "Each chart is a Gantt chart with one lane per device: bars are ops coloured by the op "
+            "types that cost the most time in total (the legend gives each type's total; ops that do "
+            "no work -- Const, Identity, VarHandleOp -- are one pale group, the rest grey), the "
+            "**critical path** (the chain of ops and transfers that sets the step's length) is the "
+            "thin black line above the bars, and the grey segments under each lane are the "
+            "**transfers** into that device, from the producer's finish to the tensor's arrival. "
+            "With thousands of ops the bars become slivers: the **utilisation view** "
+            "(`plot_schedule(s, kind='utilization')`) shows each device's busy fraction over time "
+            "instead."),
         new_code_cell(SETUP),
         new_code_cell(
             "# Parameters\n"
@@ -80,11 +85,26 @@ def schedules():
             "summary.round(3)"),
         new_markdown_cell("## One Gantt chart per algorithm"),
         new_code_cell(
+            "# One graph, one cost model: the op types' colours are the same in every chart, so one legend.\n"
             "fig, axes = plt.subplots(len(ALGORITHMS), 1, figsize=(13, 2.4 * len(ALGORITHMS)))\n"
-            "for ax, spec in zip(np.atleast_1d(axes), ALGORITHMS):\n"
-            "    plot_schedule(schedules[spec], ax=ax, critical_path=True, transfers=True)\n"
+            "for k, (ax, spec) in enumerate(zip(np.atleast_1d(axes), ALGORITHMS)):\n"
+            "    plot_schedule(schedules[spec], ax=ax, critical_path=True, transfers=True, legend=k == 0)\n"
             "    ax.set_title(f'{common.label(spec)}: ' + ax.get_title(), fontsize=9)\n"
-            "fig.tight_layout()"),
+            "fig.subplots_adjust(left=0.12, right=0.72, top=0.97, bottom=0.04, hspace=0.55)"),
+        new_markdown_cell(
+            "## How busy each device is\n\n"
+            "The busy fraction of every device per time bin, stacked by op type in the Gantt chart's "
+            "colours (`fddps.plot.utilization` gives the numbers); readable at any number of ops."),
+        new_code_cell(
+            "from fddps.plot import utilization\n\n"
+            "fig, axes = plt.subplots(2, 1, figsize=(13, 5.5))\n"
+            "for ax, spec in zip(axes, ['fddps', 'heft']):\n"
+            "    plot_schedule(schedules[spec], ax=ax, kind='utilization', bins=120, legend=spec == 'fddps')\n"
+            "    ax.set_title(f'{common.label(spec)}: ' + ax.get_title(), fontsize=9)\n"
+            "fig.subplots_adjust(left=0.12, right=0.72, hspace=0.45)\n"
+            "edges, busy = utilization(schedules['fddps'], bins=10)\n"
+            "pd.DataFrame(busy, index=schedules['fddps'].cluster.names,\n"
+            "             columns=[f'{e * 1e3:.2g} ms' for e in edges[:-1]]).round(2)"),
         new_markdown_cell(
             "## The critical path of FD-DPS's schedule\n\n"
             "Walking back from the op that finishes last: each op started when its last input arrived "

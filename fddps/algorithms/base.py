@@ -12,7 +12,9 @@ live, received copies). :meth:`Scheduler.schedule` first lets the algorithm
 reserve only persistent bytes, then checks the peak of its schedule; where a
 device overflows it schedules again reserving ``memory + transient`` of every
 op for the whole step (:func:`reserving_transient`), and refuses with
-:class:`~fddps.errors.InfeasibleError` if even that schedule's peak overflows.
+:class:`~fddps.errors.InfeasibleError` if even that schedule's peak overflows
+(or it makes none): the error names the smallest per-device peak the
+attempts reached, and its device.
 """
 
 from __future__ import annotations
@@ -55,6 +57,22 @@ def memory_overflow(schedule):
     excess = peak - capacity * (1 + 1e-12)
     k = int(np.argmax(excess))
     return (k, float(peak[k]), float(capacity[k])) if excess[k] > 0 else None
+
+
+def _no_schedule_fits(attempts, cluster, failure=""):
+    """The :class:`InfeasibleError` of schedules that all overflow: it names the
+    smallest per-device peak reached (of the attempt whose worst device
+    overflows least) and its device, then every attempt."""
+    attempts = sorted(attempts, key=lambda a: a[2] - a[3])
+    named = [(how, cluster.names[k], peak, capacity) for how, k, peak, capacity in attempts]
+    how, device, peak, capacity = named[0]
+    tried = "; ".join(f"reserving {h} bytes, {d!r} peaks at {p:.6g} bytes (capacity {c:.6g})"
+                      for h, d, p, c in named)
+    return InfeasibleError(
+        f"no schedule fits in memory: the smallest per-device peak reached is {peak:.6g} bytes "
+        f"on {device!r}, over its capacity of {capacity:.6g} by {peak - capacity:.6g} (schedule "
+        f"reserving {how} bytes; peaks include received copies of remote inputs). Tried: "
+        f"{tried}{failure}", peak, capacity, device=device, attempts=named)
 
 
 def register(cls):
@@ -144,9 +162,11 @@ class Scheduler:
         Raises
         ------
         InfeasibleError
-            If the graph cannot fit in the cluster's memory (naming the device,
-            its peak and capacity, or the op that fits nowhere), or an op can
-            run on no device.
+            If the graph cannot fit in the cluster's memory (naming the
+            smallest per-device peak the attempts reached, its device and
+            capacity, in ``device``, ``needed``, ``available`` and
+            ``attempts``; or the op that fits nowhere), or an op can run on
+            no device.
         """
         t0 = time.perf_counter()
         with reserving_transient(False):
@@ -154,23 +174,20 @@ class Scheduler:
         result.info["memory_reservation"] = "persistent"
         over = memory_overflow(result)
         if over is not None:
-            k, peak, capacity = over
-            why = (f"reserving persistent bytes only, device {cluster.names[k]!r} peaks at "
-                   f"{peak:.6g} bytes, over its capacity of {capacity:.6g}")
+            attempts = [("persistent", *over)]  # (reservation, device, peak, capacity)
+            failure = ""
             with reserving_transient(True):
                 try:
                     result = self._schedule(graph, cluster)
                 except InfeasibleError as err:
-                    raise InfeasibleError(f"{why}; reserving memory + transient bytes for the "
-                                          f"whole step: {err}", err.needed, err.available) from None
-            result.info["memory_reservation"] = "memory + transient"
-            over = memory_overflow(result)
-            if over is not None:
-                k, peak, capacity = over
-                raise InfeasibleError(
-                    f"{why}; reserving memory + transient bytes for the whole step, device "
-                    f"{cluster.names[k]!r} still peaks at {peak:.6g} bytes (received copies of "
-                    f"remote inputs), over its capacity of {capacity:.6g}", peak, capacity)
+                    failure = f"; reserving memory + transient bytes made no schedule: {err}"
+                else:
+                    result.info["memory_reservation"] = "memory + transient"
+                    over = memory_overflow(result)
+                    if over is not None:
+                        attempts.append(("memory + transient", *over))
+            if failure or over is not None:
+                raise _no_schedule_fits(attempts, cluster, failure)
         result.info.setdefault("search_seconds", time.perf_counter() - t0)
         result.algorithm = self.name
         return result
