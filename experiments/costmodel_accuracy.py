@@ -289,7 +289,8 @@ def part_c(cluster, transfers, models, batch, image_size, steps, rounds,
             for spec in algorithms:
                 algo, options = parse_algorithm(spec)
                 placements[spec] = place(m.graph_def, cluster.devices, cost_model=cm0,
-                                         algorithm=algo, fetches=[fetch], **options)
+                                         algorithm=algo, fetches=[fetch], enforce_order=False,
+                                         **options)
         t_single, t_placed = [], {spec: [] for spec in algorithms}
         for r in range(rounds):
             if r:

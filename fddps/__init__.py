@@ -57,11 +57,16 @@ def schedule(graph, cluster, algorithm: str = "fddps", **options) -> Schedule:
     return get_algorithm(algorithm, **options).schedule(graph, cluster)
 
 
-def place(graph_def, devices, **kwargs):
-    """Place a TensorFlow graph on devices; see :func:`fddps.tf.place`."""
+def place(graph_def, devices, *args, **kwargs):
+    """Place a TensorFlow graph, a Keras model or a ``tf.function`` step on devices;
+    see :func:`fddps.tf.place` and :func:`fddps.tf.place_step`."""
+    if callable(graph_def):  # a Keras model or tf.function: place(step, devices, example_inputs)
+        from .tf import place_step
+
+        return place_step(graph_def, devices, *args, **kwargs)
     from .tf import place as _place
 
-    return _place(graph_def, devices, **kwargs)
+    return _place(graph_def, devices, *args, **kwargs)
 
 
 __all__ = ["OpGraph", "Cluster", "Device", "Schedule", "Timeline", "schedule", "simulate",

@@ -221,7 +221,7 @@ def cmd_place(args):
         options.update(parse_algorithm("x:" + item)[1])
     p = place(graph_def, devices, cost_model=_cost_model(args), algorithm=args.algorithm,
               memory=args.memory, fetches=fetches, override=args.override,
-              enforce_order=args.enforce_order, **options)
+              enforce_order=True if args.enforce_order else "auto", **options)
     print(f"{desc}\n{p.summary()}")
     _write_graph(p.graph_def, args.out)
     print(f"wrote the placed GraphDef to {args.out}")
@@ -352,7 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--option", nargs="+", metavar="KEY=VALUE", help="algorithm options, e.g. split=False")
     p.add_argument("--override", action="store_true", help="may move ops the graph already pins")
     p.add_argument("--enforce-order", action="store_true",
-                   help="add control edges so TensorFlow follows the scheduled order per device")
+                   help="add control edges so TensorFlow follows the scheduled order per device "
+                        "(default: only when TensorFlow's own order is predicted slower than one "
+                        "device; without fetches the graph then goes on one device)")
     p.add_argument("--out", default="placed.pb", help="placed GraphDef (.pb or .pbtxt; default placed.pb)")
     p.add_argument("--trace", metavar="FILE", help="also write a Chrome trace (JSON)")
     p.add_argument("--plot", metavar="FILE", help="also write a Gantt chart (PNG)")

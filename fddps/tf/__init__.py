@@ -5,6 +5,8 @@
 - :func:`read_graph_def`: a GraphDef as an :class:`~fddps.graph.OpGraph` for a cluster.
 - :func:`place`: place and order a training graph on TensorFlow devices; returns
   a :class:`Placement` holding the new GraphDef.
+- :func:`place_step`: the same for a Keras model or a ``tf.function`` step, which
+  it runs placed on the step's own variables (:class:`StepPlacement`).
 - :func:`local_cluster`: start ``tf.distribute.Server`` workers on this machine.
 """
 
@@ -12,6 +14,8 @@ from .devices import DEFAULT_CPU_MEMORY, make_cluster, normalize_device, parse_d
 from .graphdef import load_graph, op_table
 from .local_cluster import local_cluster
 from .place import Placement, place, read_graph_def
+from .functions import StepPlacement, local_cpu_devices, place_step
 
 __all__ = ["place", "Placement", "local_cluster", "read_graph_def", "op_table", "load_graph",
-           "make_cluster", "parse_device", "normalize_device", "DEFAULT_CPU_MEMORY"]
+           "make_cluster", "parse_device", "normalize_device", "DEFAULT_CPU_MEMORY",
+           "place_step", "StepPlacement", "local_cpu_devices"]

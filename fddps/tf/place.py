@@ -402,14 +402,61 @@ def _assign_off_step(analysis, keep, step_device, cluster, override):
     return device
 
 
+def _order_guard(graph, cluster, schedule, enforce_order, can_enforce):
+    """Whether to enforce the schedule's order, or fall back to one device (``enforce_order="auto"``).
+
+    TensorFlow's executor picks each device's order itself; predicted that way
+    (:func:`fddps.simulate`, FIFO) the step may be slower than on the best
+    single device. Then the scheduled order is enforced when it can be
+    (``can_enforce``: fetches given) and the scheduled step beats one device;
+    otherwise the whole graph goes on the best single device
+    (:class:`~fddps.algorithms.single.SingleDevice`), if one can hold it.
+
+    Returns ``(schedule, enforce, info)``: the schedule to write (the
+    single-device one after a fallback), whether to add order edges, and
+    ``order_guard`` ("" when nothing was done, "enforced order" or "single
+    device"), ``tf_order_makespan`` and ``single_makespan`` (seconds; NaN when
+    not computed or no single device can hold the graph).
+    """
+    from ..algorithms import get_algorithm
+
+    info = {"order_guard": "", "tf_order_makespan": float("nan"),
+            "single_makespan": float("nan")}
+    if enforce_order != "auto":
+        return schedule, bool(enforce_order), info
+    tf_order = float(simulate(schedule.graph, cluster, schedule.device).makespan)
+    info["tf_order_makespan"] = tf_order
+    if tf_order <= schedule.makespan * (1 + 1e-9):
+        return schedule, False, info
+    try:
+        single = get_algorithm("single").schedule(graph, cluster)
+    except InfeasibleError:  # no device holds the whole graph: nothing to compare with
+        single = None
+    if single is not None:
+        info["single_makespan"] = float(single.makespan)
+    if single is None or tf_order <= single.makespan * (1 + 1e-9):
+        return schedule, False, info
+    if can_enforce and schedule.makespan < single.makespan:
+        info["order_guard"] = "enforced order"
+        return schedule, True, info
+    info["order_guard"] = "single device"
+    info["order_guard_reason"] = ("the scheduled order is no faster than one device either"
+                                  if can_enforce else "without fetches no order can be enforced")
+    return single, False, info
+
+
 def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
-          override=False, fetches=None, enforce_order=False, unknown_dim=1, **options):
+          override=False, fetches=None, enforce_order="auto", unknown_dim=1, **options):
     """Place and order a TensorFlow graph on devices so one step finishes soonest.
 
     Parameters
     ----------
-    graph_def : GraphDef, tf.Graph, bytes or path
-        The training graph (never modified).
+    graph_def : GraphDef, tf.Graph, bytes or path; or keras.Model or tf.function
+        The training graph (never modified). A Keras model or a ``tf.function``
+        training step is traced, placed and returned runnable
+        (:func:`fddps.tf.functions.place_step`): ``place(model, devices,
+        loss=..., optimizer=..., batch=(x, y))`` or ``place(step_fn, devices,
+        example_inputs)``.
     devices : list of str, or Cluster
         TensorFlow device strings (``"/device:CPU:0"``,
         ``"/job:worker/replica:0/task:1/device:GPU:0"``, ``"/cpu:1"``), or a
@@ -430,8 +477,8 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         other nodes (initializers, savers) are still kept, and put with their
         colocation group, their requested device or their first input. Default:
         every node is scheduled as if the step ran them all.
-    enforce_order : bool
-        Make TensorFlow follow the scheduled order on each device, as FastT does:
+    enforce_order : bool or "auto"
+        ``True``: make TensorFlow follow the scheduled order on each device, as FastT does:
         add a control input from each op to the op scheduled next on its device.
         Needs ``fetches`` (order edges between step and non-step ops would
         make every step re-run an initializer); step ops that other nodes also
@@ -439,7 +486,14 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         the initializers never runs the step. Ops in ``tf.while_loop`` frames
         and ``tf.cond`` branches are left out (an edge there could cross a
         frame or spread a branch's deadness). Running the placed graph with a
-        subset of ``fetches`` also runs the ops scheduled before them. Default False.
+        subset of ``fetches`` also runs the ops scheduled before them.
+        ``"auto"`` (default): leave the order to TensorFlow unless the step,
+        predicted in the order TensorFlow picks itself (:attr:`Placement.executor_makespan`),
+        would be slower than the best single device; then enforce the
+        scheduled order if ``fetches`` are given (and the scheduled step beats
+        one device), else place everything on the best single device.
+        :meth:`Placement.summary` says which was done (``info["order_guard"]``).
+        ``False``: never add order edges nor fall back.
     unknown_dim : int
         Size assumed for dimensions TensorFlow cannot infer (see :func:`op_table`).
     **options
@@ -467,8 +521,21 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     """
     from ..algorithms import get_algorithm
 
+    if callable(graph_def):  # a Keras model or a tf.function step: fddps.tf.functions
+        from .functions import place_step
+
+        if cost_model is not None and not hasattr(cost_model, "op_times"):
+            # place(step_fn, devices, example_inputs): a step's third argument is its inputs
+            if "example_inputs" in options:
+                raise FddpsError("example_inputs given twice (third argument and keyword)")
+            options["example_inputs"], cost_model = cost_model, None
+        return place_step(graph_def, devices, cost_model=cost_model, algorithm=algorithm,
+                          memory=memory, override=override, fetches=fetches,
+                          enforce_order=enforce_order, unknown_dim=unknown_dim, **options)
     t0 = time.perf_counter()
-    if enforce_order and fetches is None:
+    if enforce_order not in (True, False, "auto"):
+        raise FddpsError(f"enforce_order must be True, False or 'auto', got {enforce_order!r}")
+    if enforce_order is True and fetches is None:
         raise FddpsError("enforce_order=True needs fetches=[...] (the ops a training step runs): "
                          "order edges from ops outside the step would make every step re-run them")
     scheduler = get_algorithm(algorithm, **options)
@@ -478,6 +545,8 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     graph, info = read_graph_def(analysis, cost_model, cluster, override, fetches=fetches)
     t_read = time.perf_counter()
     schedule = scheduler.schedule(graph, cluster)
+    schedule, enforce_order, guard = _order_guard(graph, cluster, schedule, enforce_order,
+                                                  fetches is not None)
     decisions = list(schedule.info.get("splits") or [])
     split_graph = schedule.graph
     if decisions:
@@ -503,10 +572,14 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     order_edges = _add_order_edges(out, analysis, keep, schedule) if enforce_order else 0
     # Without order edges TensorFlow's executor picks the order on each device:
     # predict that step too (a first-in-first-out executor), which may be slower.
-    executor = (schedule.makespan if enforce_order else
-                float(simulate(split_graph, cluster, schedule.device).makespan))
+    if enforce_order:
+        executor = schedule.makespan
+    elif not guard["order_guard"] and np.isfinite(guard["tf_order_makespan"]):
+        executor = guard["tf_order_makespan"]  # the guard predicted this schedule already
+    else:
+        executor = float(simulate(split_graph, cluster, schedule.device).makespan)
     info.update(order_edges_added=order_edges, read_seconds=t_read - t0,
-                executor_makespan=executor,
+                executor_makespan=executor, **guard,
                 place_seconds=time.perf_counter() - t0, algorithm=algorithm,
                 cost_model=repr(cost_model), splits=len(decisions),
                 split_nodes_added=len(out.node) - len(analysis.graph_def.node))
@@ -630,7 +703,17 @@ class Placement:
             lines.append(f"within {s.makespan / bound - 1:.1%} of optimal (lower bound "
                          f"{bound * scale:.4g} {unit})")
         executor = self.executor_makespan
-        if executor > s.makespan * 1.01:
+        guard = info.get("order_guard", "")
+        if guard:
+            tf_order, single = info["tf_order_makespan"], info["single_makespan"]
+            lines.append(
+                f"in the order TensorFlow picks itself (FIFO executor model) the step would take "
+                f"{tf_order * scale:.4g} {unit}, slower than one device ({single * scale:.4g} {unit}): "
+                + ("order control edges make TensorFlow follow the scheduled order "
+                   "(enforce_order='auto')" if guard == "enforced order" else
+                   f"placed on {c.names[int(s.device[0])] if g.num_ops else '?'} alone "
+                   f"(enforce_order='auto'; {info.get('order_guard_reason', '')})"))
+        elif executor > s.makespan * 1.01:
             lines.append(
                 f"in the order TensorFlow picks itself (FIFO executor model) "
                 f"{executor * scale:.4g} {unit}"
