@@ -403,7 +403,8 @@ def _assign_off_step(analysis, keep, step_device, cluster, override):
 
 
 def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
-          override=False, fetches=None, enforce_order=False, unknown_dim=1, **options):
+          override=False, fetches=None, enforce_order=False, unknown_dim=1, session_config=None,
+          topology="auto", **options):
     """Place and order a TensorFlow graph on devices so one step finishes soonest.
 
     Parameters
@@ -442,6 +443,14 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         subset of ``fetches`` also runs the ops scheduled before them. Default False.
     unknown_dim : int
         Size assumed for dimensions TensorFlow cannot infer (see :func:`op_table`).
+    session_config : tf.compat.v1.ConfigProto, optional
+        The config the placed graph will run with: its intra-op threads are what
+        one op of a local CPU device uses. Several CPU devices of this process
+        share its cores (:func:`fddps.tf.devices.local_cpu_sharing`); the
+        prediction slows their concurrent ops down accordingly.
+    topology : ``"auto"``, None or a topology preset
+        Link resources transfers share (:func:`fddps.tf.make_cluster`;
+        default one network interface per host).
     **options
         Passed to the algorithm (e.g. ``insertion=False`` for FD-DPS). FD-DPS
         and FastT split ops where the cost model says it pays (intra-op
@@ -474,7 +483,8 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     scheduler = get_algorithm(algorithm, **options)
     cost_model = _default_cost_model() if cost_model is None else cost_model
     analysis = analyse(graph_def, unknown_dim)
-    cluster = make_cluster(devices, cost_model, memory)
+    cluster = make_cluster(devices, cost_model, memory, session_config=session_config,
+                           topology=topology)
     graph, info = read_graph_def(analysis, cost_model, cluster, override, fetches=fetches)
     t_read = time.perf_counter()
     schedule = scheduler.schedule(graph, cluster)
