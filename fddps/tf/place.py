@@ -40,6 +40,7 @@ from ..errors import ClusterError, FddpsError, GraphError, InfeasibleError
 from ..graph import OpGraph
 from ..simulate import peak_memory, simulate
 from .devices import check_cluster, device_matches, make_cluster
+from .fetches import record_fetches
 from .graphdef import (CONTROL_FLOW_OPS, MERGE_OPS, SWITCH_OPS, GraphAnalysis, _parse_input,
                        _tf, analyse)
 from .split_candidates import split_candidates
@@ -511,6 +512,8 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     out = _write_devices(analysis, [cluster.names[k] for k in device.tolist()], decisions,
                          split_device)
     order_edges = _add_order_edges(out, analysis, keep, schedule) if enforce_order else 0
+    if fetches:
+        record_fetches(out, fetches)  # so `fddps simulate` of the file predicts this step
     # Without order edges TensorFlow's executor picks the order on each device:
     # predict that step too (a first-in-first-out executor), which may be slower.
     executor = (schedule.makespan if enforce_order else
@@ -633,11 +636,19 @@ class Placement:
                f"(speedup {best_single / s.makespan:.2f}x)"
                if s.makespan > 0 and np.isfinite(best_single) else ""),
         ]
+        sharing = c.sharing_summary()
+        if sharing:
+            # The single-device step is the same model's: one device alone gets
+            # all of its cores and links; devices sharing them slow each other.
+            lines.append("shared hardware (the prediction slows down ops and transfers that "
+                         "share it; a device alone runs at full speed):")
+            lines += [f"  {line}" for line in sharing]
         executor = self.executor_makespan
-        if executor > s.makespan * 1.01:
+        if abs(executor - s.makespan) > s.makespan * 0.01:
+            # What the placed file runs (and `fddps simulate` of it predicts).
             lines.append(
-                f"in the order TensorFlow picks itself (FIFO executor model) "
-                f"{executor * scale:.4g} {unit}"
+                f"in the order TensorFlow picks itself (FIFO executor model; what the placed "
+                f"graph runs) {executor * scale:.4g} {unit}"
                 + (", slower than the best single device" if executor > best_single else "")
                 + "; enforce_order=True makes it follow the scheduled order")
         lines += [

@@ -1,0 +1,215 @@
+"""Shared hardware: devices that share cores, transfers that share links (issue 17).
+
+The simulator's contention model (fddps.simulate._run_shared), the schedulers'
+approximation of it (every schedule still validates against the exact
+replay), the topology presets, the defaults fddps.tf builds for local CPU
+devices and hosts, the fetches a placed file records, and one measurement on
+4 CPU devices of this process.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fddps
+from fddps import Cluster, Device, OpGraph
+from fddps.cluster import LinkResource, SharedCores
+from fddps.errors import ClusterError
+from fddps.generators import training_graph
+from fddps.simulate import _replay_flow, executor_order, replay
+from fddps.topology import TOPOLOGIES, link_resources
+from test_properties import SETTINGS, problems
+
+
+# -- the model on hand-checked cases ---------------------------------------------------------
+def fork(n_branches=2, cost=1.0, nbytes=0.0):
+    """``a`` feeding ``n_branches`` independent ops."""
+    names = ["a"] + [f"b{k}" for k in range(n_branches)]
+    return OpGraph(names, [cost] * len(names), [("a", f"b{k}", nbytes) for k in range(n_branches)])
+
+
+def test_ops_on_shared_cores_split_them():
+    g = fork(2)
+    c = Cluster.homogeneous(2, names=["x", "y"])
+    placement = {"a": "x", "b0": "x", "b1": "y"}
+    assert fddps.simulate(g, c, placement).makespan == 2.0
+    # Each op wants both cores: two at once each run at half speed.
+    both = c.with_sharing([SharedCores(("x", "y"), cores=2)])
+    t = fddps.simulate(g, both, placement)
+    assert t.makespan == 3.0
+    assert t.ops.set_index("op").loc["b1", "finish"] == 3.0
+    # One thread each on two cores: no slow-down.
+    one = c.with_sharing([SharedCores(("x", "y"), cores=2, threads=1)])
+    assert fddps.simulate(g, one, placement).makespan == 2.0
+    # Three devices of one thread each on two cores: 2/3 speed while all three run.
+    g3 = fork(3)
+    c3 = Cluster.homogeneous(3, names=["x", "y", "z"]).with_sharing(
+        [SharedCores(("x", "y", "z"), cores=2, threads=1)])
+    assert fddps.simulate(g3, c3, {"a": "x", "b0": "x", "b1": "y", "b2": "z"}).makespan == \
+        pytest.approx(1 + 1.5)
+
+
+def test_transfers_through_one_nic_share_its_bandwidth():
+    # a0 -> b0 and a1 -> b1 both cross from host 0 to host 1: 1 MB each over a
+    # 1 MB/s NIC, at most 1 MB/s per pair.
+    g = OpGraph(["a0", "a1", "b0", "b1"], [1.0] * 4, [("a0", "b0", 1e6), ("a1", "b1", 1e6)])
+    free = Cluster.multi_host(2, 2, intra_bandwidth=1e9, inter_bandwidth=1e6)
+    placement = [0, 1, 2, 3]
+    assert fddps.simulate(g, free, placement).makespan == 3.0
+    nic = TOPOLOGIES["10gbe"].__class__("test", nic_bandwidth=1e6)
+    shared = free.with_sharing(link_resources=link_resources(free.devices, nic))
+    t = fddps.simulate(g, shared, placement)
+    assert t.makespan == pytest.approx(4.0)  # both at 0.5 MB/s
+    # One transfer alone is as fast as without the NIC.
+    assert fddps.simulate(g, shared, [0, 0, 2, 3]).makespan == pytest.approx(
+        fddps.simulate(g, free, [0, 0, 2, 3]).makespan)
+    # Inside a host nothing is shared.
+    assert fddps.simulate(g, shared, [0, 1, 1, 0]).makespan == \
+        fddps.simulate(g, free, [0, 1, 1, 0]).makespan
+
+
+def test_cluster_checks_shared_groups_and_resources():
+    c = Cluster.homogeneous(2, names=["x", "y"])
+    with pytest.raises(ClusterError, match="'x' is in two groups"):
+        c.with_sharing([SharedCores(("x",), 2), SharedCores(("x", "y"), 2)])
+    with pytest.raises(ClusterError, match="unknown device 'z'"):
+        c.with_sharing([SharedCores(("x", "z"), 2)])
+    with pytest.raises(ClusterError, match="cores > 0"):
+        c.with_sharing([SharedCores(("x", "y"), 0)])
+    with pytest.raises(ClusterError, match="'nic' needs a bandwidth > 0"):
+        c.with_sharing(link_resources=[LinkResource("nic", 0.0, frozenset({("x", "y")}))])
+    with pytest.raises(ClusterError, match="unknown topology part 'ethernet'.*10gbe"):
+        Cluster.multi_host(2, 1, intra_bandwidth=1, inter_bandwidth=1, topology="ethernet")
+    shared = c.with_sharing([SharedCores(("x", "y"), cores=4, threads=(4, 2))])
+    assert shared.slowdown.tolist() == [1.5, 1.5] and shared.shares_cores
+    assert "2 devices share 4 cores" in shared.sharing_summary()[0]
+
+
+def test_topology_presets_route_transfers():
+    devs = [Device(f"h{h}g{i}", "GPU", host=str(h)) for h in range(2) for i in range(4)]
+    c = Cluster(devs, bandwidth=1e9).with_sharing(link_resources=link_resources(devs, "pcie3+10gbe"))
+    names = [r.name for r in c.link_resources]
+
+    def path(a, b):
+        return {names[r] for r in c.link_path[c.device_index(a)][c.device_index(b)]}
+
+    # Behind one PCIe switch: only the two GPUs' own links.
+    assert path("h0g0", "h0g1") == {"h0g0 PCIe out", "h0g1 PCIe in"}
+    # Across switches: their uplinks too.
+    assert path("h0g0", "h0g2") == {"h0g0 PCIe out", "host 0 PCIe switch 0 up",
+                                    "host 0 PCIe switch 1 down", "h0g2 PCIe in"}
+    # Across hosts: and both network interfaces.
+    assert {"host 0 NIC out", "host 1 NIC in"} <= path("h0g0", "h1g3")
+    assert not {"host 0 NIC out", "host 1 NIC in"} & path("h0g0", "h0g3")
+    nv = Cluster(devs, bandwidth=1e9).with_sharing(link_resources=link_resources(devs, "nvlink+infiniband"))
+    assert not any(nv.link_path[0][1]) and len(nv.link_path[0][4]) == 2
+    for part in TOPOLOGIES.values():
+        assert part.source
+
+
+# -- properties: every schedule validates; no capacity is ever exceeded -------------------------
+@st.composite
+def shared_problems(draw):
+    graph, cluster = draw(problems())
+    m = cluster.num_devices
+    names = list(cluster.names)
+    groups = []
+    if m >= 2 and draw(st.booleans()):
+        members = draw(st.lists(st.sampled_from(names), min_size=2, max_size=m, unique=True))
+        threads = tuple(draw(st.sampled_from([1, 2, 4])) for _ in members)
+        groups.append(SharedCores(tuple(members), cores=draw(st.sampled_from([1, 2, 3, 4])),
+                                  threads=threads))
+    resources = []
+    if m >= 2 and draw(st.booleans()):
+        for r in range(draw(st.integers(1, 3))):
+            pairs = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names)),
+                                  min_size=1, max_size=m * m))
+            resources.append(LinkResource(f"r{r}", draw(st.sampled_from([1e5, 1e6, 1e8])),
+                                          frozenset(p for p in pairs if p[0] != p[1])))
+    if not groups and not resources:
+        groups.append(SharedCores(tuple(names), cores=1, threads=1))
+    return graph, cluster.with_sharing(groups, resources)
+
+
+def check_capacities(graph, cluster, device, order):
+    """Replay with a trace; assert no group of cores or link resource is ever
+    over capacity, and every task gets exactly its work done."""
+    trace = []
+    start, finish, flow = _replay_flow(graph, cluster, device, order, trace=trace)
+    wire_index = {int(t): w for w, t in enumerate(flow.wires.tolist())}
+    work = flow.dur.copy()
+    for t, w in wire_index.items():
+        work[t] = flow.wire_bytes[w]
+    done = np.zeros(flow.total)
+    rate, since = {}, {}
+    trace.sort(key=lambda e: e[0])
+    k = 0
+    while k < len(trace):
+        t = trace[k][0]
+        while k < len(trace) and trace[k][0] == t:
+            _, i, r = trace[k]
+            if i in rate:
+                done[i] += rate[i] * (t - since[i])
+            rate[i], since[i] = r, t
+            k += 1
+        for g, cores in enumerate(cluster.group_cores):
+            used = sum(cluster.threads[flow.dev[i]] * r for i, r in rate.items()
+                       if flow.dev[i] >= 0 and cluster.core_group[flow.dev[i]] == g)
+            assert used <= cores * (1 + 1e-9), f"{used} threads on {cores} cores at t={t}"
+        for res, bw in enumerate(cluster.resource_bandwidth):
+            carried = sum(r for i, r in rate.items()
+                          if i in wire_index and res in flow.wire_path[wire_index[i]])
+            assert carried <= bw * (1 + 1e-9), f"{carried} B/s through a {bw} B/s resource at t={t}"
+    traced = [i for i in rate]
+    np.testing.assert_allclose(done[traced], work[traced], rtol=1e-6, atol=1e-9)
+    assert (finish - start >= flow.dur - 1e-9 * max(1.0, finish.max())).all()
+    return finish[:graph.num_ops].max() if graph.num_ops else 0.0
+
+
+@pytest.mark.parametrize("algorithm", fddps.available_algorithms())
+@SETTINGS
+@given(shared_problems())
+def test_schedules_on_shared_hardware_validate_and_respect_capacities(algorithm, problem):
+    graph, cluster = problem
+    try:
+        s = fddps.schedule(graph, cluster, algorithm=algorithm)
+    except fddps.InfeasibleError:
+        assert algorithm == "single"
+        return
+    s.validate()
+    assert s.makespan >= fddps.lower_bound(graph, cluster) * (1 - 1e-9) - 1e-12
+    if graph.num_ops:
+        assert check_capacities(graph, cluster, s.device, s.order) == pytest.approx(s.makespan)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shared_problems(), st.data())
+def test_any_placement_replays_within_capacities(problem, data):
+    graph, cluster = problem
+    if graph.num_ops == 0:
+        return
+    et = graph.exec_times(cluster)
+    device = np.array([data.draw(st.sampled_from(np.flatnonzero(np.isfinite(et[i])).tolist()))
+                       for i in range(graph.num_ops)])
+    order = executor_order(graph, cluster, device, et)
+    makespan = check_capacities(graph, cluster, device, order)
+    # Sharing never makes a step faster than the same order contention-free.
+    free = Cluster(cluster.devices, bandwidth=cluster.bandwidth, latency=cluster.latency,
+                   transfer_compute=cluster.transfer_compute)
+    assert makespan >= replay(graph, free, device, order)[1].max() * (1 - 1e-9) - 1e-12
+
+
+def test_cores_to_spare_change_nothing():
+    graph = training_graph(60, seed=1)
+    c = Cluster.homogeneous(3, bandwidth=1e9, latency=1e-4)
+    roomy = c.with_sharing([SharedCores(tuple(c.names), cores=3, threads=1)])
+    for algorithm in ("heft", "fddps"):
+        a = fddps.schedule(graph, c, algorithm=algorithm)
+        b = fddps.schedule(graph, roomy, algorithm=algorithm).validate()
+        assert b.makespan == pytest.approx(a.makespan, rel=1e-12)
