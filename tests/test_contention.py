@@ -213,3 +213,133 @@ def test_cores_to_spare_change_nothing():
         a = fddps.schedule(graph, c, algorithm=algorithm)
         b = fddps.schedule(graph, roomy, algorithm=algorithm).validate()
         assert b.makespan == pytest.approx(a.makespan, rel=1e-12)
+
+
+# -- fddps.tf: the defaults, the placed file, and one measurement ---------------------------------
+tf = pytest.importorskip("tensorflow")
+import costmodel  # noqa: E402
+from fddps.tf import make_cluster, place  # noqa: E402
+from fddps.tf.devices import local_cpu_sharing, usable_cores  # noqa: E402
+from fddps.tf.fetches import FETCH_ATTR, recorded_fetches  # noqa: E402
+
+#: A CPU preset pinned for the tests (never this machine's).
+TEST_CPU = costmodel.DevicePreset("test-cpu", "CPU", peak_flops=50e9, memory_bandwidth=20e9,
+                                  memory=8 * 2**30, overhead=5e-6)
+CPUS = [f"/device:CPU:{k}" for k in range(4)]
+
+
+def test_make_cluster_shares_this_process_cores_and_gives_hosts_a_nic():
+    cm = costmodel.default_cost_model(cpu=TEST_CPU)
+    c = make_cluster(CPUS, cm)
+    assert c.shares_cores and not c.shares_links
+    (grp,) = c.shared_cores
+    assert grp.cores == usable_cores() == len(os.sched_getaffinity(0))
+    assert c.threads.tolist() == [usable_cores()] * 4 and c.slowdown.tolist() == [4.0] * 4
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1)
+    one = make_cluster(CPUS, cm, session_config=config)
+    assert one.threads.tolist() == [1.0] * 4
+    assert not make_cluster(CPUS, cm, share_cores=False).shares_hardware
+    assert local_cpu_sharing(make_cluster(CPUS[:1], cm).devices) == []
+    # Tasks of a cluster are other processes: no group; their gRPC transfers are
+    # CPU time already (transfer_compute 1), so no NIC either.
+    workers = [f"/job:worker/replica:0/task:{t}/device:CPU:0" for t in range(2)]
+    assert not make_cluster(workers, cm).shares_hardware
+    gpus = [f"/job:worker/replica:0/task:{h}/device:GPU:{i}" for h in range(2) for i in range(2)]
+    g = make_cluster(gpus, cm)
+    assert g.shares_links and not g.shares_cores
+    assert sorted(r.name.split()[-1] for r in g.link_resources) == ["in", "in", "out", "out"]
+    assert g.link_resources[0].bandwidth == cm.link(gpus[0], gpus[2])[1]
+    assert not make_cluster(gpus, cm, topology=None).shares_hardware
+    assert len(make_cluster(gpus, cm, topology="pcie3+100gbe").link_resources) > 4
+    # A given cluster keeps its sharing, under the normalised names.
+    kept = make_cluster(Cluster.homogeneous(2, names=["/cpu:0", "/cpu:1"]).with_sharing(
+        [SharedCores(("/cpu:0", "/cpu:1"), cores=3)]), cm)
+    assert kept.shared_cores[0].devices == ("/device:CPU:0", "/device:CPU:1")
+
+
+def test_placed_file_carries_its_step_so_simulate_agrees(cnn_graph, tmp_path, capsys):
+    from fddps.cli import main
+
+    gpus = [f"/job:worker/replica:0/task:{h}/device:GPU:{i}" for h in range(2) for i in range(2)]
+    p = place(cnn_graph.graph_def, gpus, fetches=["train", "loss"])
+    assert sorted(recorded_fetches(p.graph_def)) == ["loss", "train"]
+    assert "NIC out" in p.summary()
+    path = tmp_path / "placed.pb"
+    path.write_bytes(p.graph_def.SerializeToString())
+    capsys.readouterr()
+    assert main(["simulate", str(path)]) == 0
+    text = capsys.readouterr().out
+    predicted = float(text.split("predicted step time ")[1].split(" ms")[0]) / 1e3
+    assert predicted == pytest.approx(p.executor_makespan, rel=1e-3)
+    # Without the record, the file's every node (initializers too) would be timed.
+    bare = tf.compat.v1.GraphDef()
+    bare.CopyFrom(p.graph_def)
+    for node in bare.node:
+        if FETCH_ATTR in node.attr:
+            del node.attr[FETCH_ATTR]
+    path.write_bytes(bare.SerializeToString())
+    assert main(["simulate", str(path)]) == 0
+    whole = float(capsys.readouterr().out.split("predicted step time ")[1].split(" ms")[0]) / 1e3
+    assert whole > predicted * 1.01
+
+
+def _branches_graph(spread, branches=4, size=256, depth=4):
+    """``branches`` independent chains of matmuls joined by a sum; branch k on
+    CPU:k when ``spread``, else everything on CPU:0."""
+    g = tf.Graph()
+    with g.as_default():
+        outs = []
+        for k in range(branches):
+            with tf.device(f"/device:CPU:{k if spread else 0}"):
+                h = tf.random.stateless_normal([size, size], seed=[k, 1], name=f"x{k}")
+                w = tf.random.stateless_normal([size, size], seed=[k, 2], name=f"w{k}") * 0.05
+                for d in range(depth):
+                    h = tf.nn.relu(tf.matmul(h, w), name=f"b{k}_l{d}")
+                outs.append(h)
+        with tf.device("/device:CPU:0"):
+            tf.add_n(outs, name="out")
+    return g
+
+
+def _predicted(graph_def, cluster, cm):
+    from fddps.tf import read_graph_def
+    from fddps.tf.devices import normalize_device
+
+    graph, _ = read_graph_def(graph_def, cm, cluster, fetches=["out"])
+    devices = {n.name: normalize_device(n.device) for n in graph_def.node}
+    return fddps.simulate(graph, cluster, {name: devices[name] for name in graph.names}).makespan
+
+
+@pytest.mark.slow
+def test_devices_of_one_process_predict_no_speedup_where_none_is_measured(tf_config):
+    """Measure, in one run, one step all on CPU:0 and one spread over CPU:0-3
+    (alternating, medians), and predict both: sharing this process's cores, the
+    model must predict the measured ratio (no speed-up), where the model of
+    devices with cores of their own predicts one."""
+    cm = costmodel.default_cost_model(cpu=TEST_CPU)
+    graphs = {spread: _branches_graph(spread) for spread in (False, True)}
+    defs = {spread: g.as_graph_def() for spread, g in graphs.items()}
+    shared = make_cluster(CPUS, cm)
+    own = make_cluster(CPUS, cm, share_cores=False)
+    predicted = _predicted(defs[False], shared, cm) / _predicted(defs[True], shared, cm)
+    predicted_own = _predicted(defs[False], own, cm) / _predicted(defs[True], own, cm)
+    sessions = {spread: tf.compat.v1.Session(graph=g, config=tf_config(4))
+                for spread, g in graphs.items()}
+    times = {False: [], True: []}
+    try:
+        for rep in range(18):
+            for spread in (False, True) if rep % 2 else (True, False):
+                out = graphs[spread].get_tensor_by_name("out:0")
+                t0 = time.perf_counter()
+                sessions[spread].run(out)
+                if rep >= 3:  # warm-up
+                    times[spread].append(time.perf_counter() - t0)
+    finally:
+        for s in sessions.values():
+            s.close()
+    measured = float(np.median(times[False]) / np.median(times[True]))
+    print(f"one device / four devices: measured {measured:.2f}, predicted {predicted:.2f} "
+          f"(cores shared), {predicted_own:.2f} (cores of their own)")
+    assert measured < 1.5, "four CPU devices of one process should add no cores"
+    assert predicted == pytest.approx(measured, rel=0.35)
+    assert predicted < 1.1 and predicted_own > 1.5 * measured
