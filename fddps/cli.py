@@ -25,6 +25,7 @@ BENCHMARKS = {
     "real-cluster": "experiments.real_cluster",
     "model-table": "experiments.model_table",
     "costmodel-accuracy": "experiments.costmodel_accuracy",
+    "contention": "experiments.contention",
 }
 
 DEMO_ALGORITHMS = ["fddps", "fddps:improve=False", "fastt", "mpdps", "heft", "etf", "single"]

@@ -256,9 +256,8 @@ def nic_per_host(cluster) -> list:
     out = []
     for h in hosts:
         here = host == h
-        for direction in ("out", "in"):
-            mask = (here[:, None] & ~here[None, :]) if direction == "out" else (~here[:, None] & here[None, :])
-            mask &= wire
+        leaving = here[:, None] & ~here[None, :]
+        for direction, mask in (("out", leaving & wire), ("in", leaving.T & wire)):
             if not mask.any():
                 continue
             bw = float(cluster.bandwidth[mask].max())
