@@ -243,7 +243,8 @@ def plot(local, cluster, fig4, path):
     ax.set_xlabel("measured speed-up over one device")
     ax.set_ylabel("predicted speed-up over one device")
     ax.set_title("Speed-up, every algorithm (one run; machine shared)", fontsize=10)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     ax = axes[1]
     if fig4 is not None and len(fig4):
         x_labels = [f"{r.model}\n{label(r.strategy)}" for r in fig4.itertuples()]
