@@ -566,7 +566,8 @@ class Timeline:
         One row per op: ``op``, ``device``, ``start``, ``finish``.
     busy : pandas.Series
         Seconds each device computes (ops, and sends and receives on devices
-        that move tensors themselves), by device name.
+        that move tensors themselves), by device name; at full speed (on
+        shared cores its ops may take longer).
     transfers : pandas.DataFrame
         One row per link used: ``src``, ``dst``, ``bytes``, ``tensors``, ``seconds``
         (per edge; per tensor and receiving device on compute-charged links).
