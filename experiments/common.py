@@ -74,7 +74,8 @@ COST_MODEL_NOTE = (
     "Costs: costmodel.default_cost_model(gpu='p100'), an ANALYTIC roofline model of the P100 "
     "(9.3 TFLOPS FP32, 732 GB/s, 16 GiB; 10 us per op; efficiencies assumed), PCIe 3 between "
     "GPUs of a host (12 GB/s, 10 us), 10 GbE between hosts; nothing was measured on a GPU. "
-    "Times are the simulator's replay of each schedule (contention-free links).")
+    "Times are the simulator's replay of each schedule (links inside a host contention-free; "
+    "between hosts, one network interface per host that its transfers share).")
 
 
 def with_split_variant(specs, graph) -> list:
@@ -223,20 +224,24 @@ def device_names(devices: int, hosts: int = 1, device_type: str = "GPU") -> list
             for h in range(hosts) for i in range(devices)]
 
 
-def gpu_cluster(devices: int, cost_model, *, hosts: int = 1, memory=None):
+def gpu_cluster(devices: int, cost_model, *, hosts: int = 1, memory=None, topology="auto"):
     """A :class:`fddps.Cluster` of ``hosts x devices`` GPUs (links, capacity from the cost model).
 
-    ``memory`` (bytes per device) overrides the preset's capacity.
+    ``memory`` (bytes per device) overrides the preset's capacity; ``topology``
+    is :func:`fddps.tf.make_cluster`'s (default one network interface per host
+    that transfers between hosts share; ``None``: contention-free links).
     """
     from fddps.tf import make_cluster
 
-    return make_cluster(device_names(devices, hosts), cost_model, memory)
+    return make_cluster(device_names(devices, hosts), cost_model, memory, topology=topology)
 
 
 def unbounded(cluster) -> fddps.Cluster:
     """The same cluster with unlimited memory on every device."""
     devs = [fddps.Device(d.name, d.type, d.speed, math.inf, d.host) for d in cluster.devices]
-    return fddps.Cluster(devs, bandwidth=cluster.bandwidth, latency=cluster.latency)
+    return fddps.Cluster(devs, bandwidth=cluster.bandwidth, latency=cluster.latency,
+                         transfer_compute=cluster.transfer_compute,
+                         shared_cores=cluster.shared_cores, link_resources=cluster.link_resources)
 
 
 def schedule_peak(schedule) -> np.ndarray:

@@ -6,7 +6,10 @@ PNASNet-Mobile: MP-DPS +4.9 %, FD-DPS +16.0 %). Here: ``--hosts`` simulated
 hosts of ``--gpus-per-host`` P100s (devices
 ``/job:worker/replica:0/task:H/device:GPU:i``), PCIe 3 inside a host and the
 ``--inter-link`` preset between hosts (default 10 GbE: 1.1 GB/s, 50 us;
-``costmodel.presets.links`` lists the others). For each model at the paper's
+``costmodel.presets.links`` lists the others), each host sending and receiving
+through one network interface of that bandwidth that its transfers share
+(``--no-nic``: every pair of devices with a link of its own, as before fddps
+modelled contention; :mod:`experiments.contention` compares the two). For each model at the paper's
 batch size, on CIFAR-10-sized inputs: every algorithm schedules the model's
 OpGraph (read once) on that cluster; data parallelism is estimated with a ring
 all-reduce whose pace is the slow inter-host link
@@ -53,13 +56,13 @@ def cross_host_bytes(schedule) -> dict:
 
 def run(models, hosts=2, gpus_per_host=4, algorithms=DEFAULT_ALGORITHMS, *, inter_link="10gbe",
         dataset="cifar10", batch=None, memory=None, data_parallel=True, validate=True,
-        progress=True):
+        progress=True, topology="auto"):
     """Every strategy on every model on ``hosts x gpus_per_host`` GPUs; one row per (model, strategy)."""
     import costmodel
     from tqdm.auto import tqdm
 
     cm = costmodel.default_cost_model(gpu="p100", links={"cross_host:*": inter_link})
-    cluster = common.gpu_cluster(gpus_per_host, cm, hosts=hosts, memory=memory)
+    cluster = common.gpu_cluster(gpus_per_host, cm, hosts=hosts, memory=memory, topology=topology)
     one = common.gpu_cluster(1, cm, memory=memory)
     rows = []
     bar = tqdm(total=len(models) * (len(algorithms) + 1 + int(data_parallel)), desc="fig4",
@@ -161,6 +164,8 @@ def main(argv=None):
     parser.add_argument("--dataset", default="cifar10", choices=("cifar10", "imagenet"))
     parser.add_argument("--memory-gb", type=float, help="GPU memory in GB (default 16 GiB)")
     parser.add_argument("--no-data-parallel", action="store_true")
+    parser.add_argument("--no-nic", action="store_true",
+                        help="contention-free links between hosts (no shared network interface)")
     parser.add_argument("--no-validate", action="store_true")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_MODELS)}")
     parser.add_argument("--out", default=str(common.RESULTS / "fig4.csv"))
@@ -181,11 +186,14 @@ def main(argv=None):
                            inter_link=args.inter_link, dataset=args.dataset, batch=args.batch,
                            memory=None if args.memory_gb is None else args.memory_gb * 1e9,
                            data_parallel=not args.no_data_parallel, validate=not args.no_validate,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress,
+                           topology=None if args.no_nic else "auto")
     wall = time.perf_counter() - t0
     print(f"Figure 4: {args.hosts} hosts x {args.gpus_per_host} simulated P100s; inside a host "
           f"PCIe 3 (12 GB/s, 10 us), between hosts {args.inter_link} ({link.bandwidth / 1e9:.3g} GB/s, "
-          f"{link.latency * 1e6:.3g} us); {args.dataset} inputs; one schedule per cell; {wall:.0f} s in all.")
+          f"{link.latency * 1e6:.3g} us"
+          f"{', contention-free' if args.no_nic else ', one shared network interface per host'}); "
+          f"{args.dataset} inputs; one schedule per cell; {wall:.0f} s in all.")
     print(common.COST_MODEL_NOTE)
     print("Speedup = (FastT - X) / FastT, the paper's measure; x_single = one GPU's time / X; "
           "cross_host_MB = bytes the schedule sends between hosts.")

@@ -11,7 +11,7 @@ The layers, bottom up:
 
 from .algorithms import available_algorithms, get_algorithm
 from .bounds import lower_bound
-from .cluster import Cluster, Device
+from .cluster import Cluster, Device, LinkResource, SharedCores
 from .errors import (ClusterError, FddpsError, GraphError, InfeasibleError, InvalidScheduleError,
                      UnknownAlgorithmError)
 from .graph import OpGraph
@@ -72,4 +72,4 @@ def place(graph_def, devices, *args, **kwargs):
 __all__ = ["OpGraph", "Cluster", "Device", "Schedule", "Timeline", "schedule", "simulate",
            "lower_bound", "read_stg", "place", "available_algorithms", "get_algorithm",
            "FddpsError", "GraphError", "ClusterError", "InfeasibleError", "InvalidScheduleError",
-           "UnknownAlgorithmError"]
+           "UnknownAlgorithmError", "SharedCores", "LinkResource"]

@@ -25,6 +25,7 @@ BENCHMARKS = {
     "real-cluster": "experiments.real_cluster",
     "model-table": "experiments.model_table",
     "costmodel-accuracy": "experiments.costmodel_accuracy",
+    "contention": "experiments.contention",
 }
 
 DEMO_ALGORITHMS = ["fddps", "fddps:improve=False", "fastt", "mpdps", "heft", "etf", "single"]
@@ -119,8 +120,12 @@ def _load_graph(args):
         raise CommandError(f"no GraphDef file at {path}")
     from .tf import load_graph
 
+    from .tf.fetches import recorded_fetches
+
     graph_def, _ = load_graph(str(path))
-    return graph_def, args.fetch, f"{path} ({len(graph_def.node)} nodes)", getattr(args, "init", None)
+    # A graph `fddps place` wrote records the fetches its step runs.
+    fetches = args.fetch or recorded_fetches(graph_def)
+    return graph_def, fetches, f"{path} ({len(graph_def.node)} nodes)", getattr(args, "init", None)
 
 
 def _write_graph(graph_def, path):

@@ -7,12 +7,25 @@ come from (HEFT, DCP, ETF). Where devices move tensors themselves (CPU
 devices over gRPC), ``transfer_compute`` says what fraction of a transfer's
 time its two end devices spend on it; the simulator then charges that time to
 them (:mod:`fddps.simulate`), so many small transfers slow the devices down.
+
+Shared hardware (both optional; without them the model above is exact):
+
+- :class:`SharedCores`: devices that compute on the same physical cores (the
+  CPU devices of one TensorFlow process share its intra-op thread pool and the
+  host's cores). Each device's op times are for it running *alone* with its
+  ``threads`` threads; when ops of several devices of the group run at once the
+  simulator slows them down so that together they never use more than
+  ``cores`` (processor sharing, :mod:`fddps.simulate`).
+- :class:`LinkResource`: a network interface, PCIe switch uplink or PCIe lane
+  with a bandwidth, and the ordered device pairs whose transfers cross it
+  (:mod:`fddps.topology` builds them for common machines). Transfers crossing
+  one resource share its bandwidth in the simulator.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,6 +57,61 @@ class Device:
     host: str = "0"
 
 
+@dataclass(frozen=True)
+class SharedCores:
+    """Devices whose ops run on the same ``cores`` physical cores.
+
+    Attributes
+    ----------
+    devices : tuple of str
+        Names of the devices sharing the cores (at least one).
+    cores : float
+        Cores (hardware threads) the group has between its devices.
+    threads : float or tuple of float
+        Threads one op of a device uses when it runs alone (the cores its op
+        times are for): one number for every device, or one per device. For
+        the CPU devices of one TensorFlow process that is the intra-op thread
+        pool they all share, usually ``cores`` itself.
+    name : str
+        What the cores are (for messages and summaries).
+    """
+
+    devices: tuple
+    cores: float
+    threads: object = None
+    name: str = "cores"
+
+    def threads_of(self, k: int) -> float:
+        """Threads the ``k``-th device of the group wants (default: all ``cores``)."""
+        if self.threads is None:
+            return float(self.cores)
+        if isinstance(self.threads, (tuple, list)):
+            return float(self.threads[k])
+        return float(self.threads)
+
+
+@dataclass(frozen=True)
+class LinkResource:
+    """Something transfers share: a network interface, a PCIe uplink, a lane.
+
+    Attributes
+    ----------
+    name : str
+    bandwidth : float
+        Bytes per second the resource carries, all transfers through it together.
+    pairs : frozenset of (str, str)
+        Ordered ``(source device, destination device)`` names whose transfers
+        cross this resource.
+    source : str
+        Where the bandwidth figure comes from.
+    """
+
+    name: str
+    bandwidth: float
+    pairs: frozenset = field(default_factory=frozenset)
+    source: str = ""
+
+
 class Cluster:
     """Devices and the links between them.
 
@@ -59,13 +127,20 @@ class Cluster:
         half each, and cannot compute meanwhile: 0 where copy engines move the
         data (GPUs, the default), 1 for CPU devices that serialise, copy and
         parse each tensor themselves (TensorFlow tasks talking gRPC).
+    shared_cores : sequence of SharedCores
+        Groups of devices computing on the same cores (a device in one group
+        at most). Default none: every device has cores of its own.
+    link_resources : sequence of LinkResource
+        Resources transfers share (network interfaces, PCIe uplinks). Default
+        none: links are contention-free.
 
     Raises
     ------
     ClusterError
         On no devices, duplicate names, a non-positive speed, a negative memory,
-        a link with a negative latency or non-positive bandwidth, or a
-        ``transfer_compute`` outside [0, 1].
+        a link with a negative latency or non-positive bandwidth, a
+        ``transfer_compute`` outside [0, 1]; a shared group or resource naming
+        an unknown device, a device in two groups, or a capacity <= 0.
 
     Examples
     --------
@@ -77,7 +152,7 @@ class Cluster:
     """
 
     def __init__(self, devices: Sequence[Device], bandwidth=float("inf"), latency=0.0,
-                 transfer_compute=0.0):
+                 transfer_compute=0.0, shared_cores=(), link_resources=()):
         self.devices = tuple(devices)
         m = len(self.devices)
         if m == 0:
@@ -107,9 +182,98 @@ class Cluster:
         self.inv_bandwidth = 1.0 / self.bandwidth
         self.memory = np.array([d.memory for d in self.devices], dtype=np.float64)
         self.speed = np.array([d.speed for d in self.devices], dtype=np.float64)
+        self._set_sharing(tuple(shared_cores), tuple(link_resources))
         for arr in (self.bandwidth, self.latency, self.inv_bandwidth, self.memory, self.speed,
-                    self.transfer_compute):
+                    self.transfer_compute, self.core_group, self.threads, self.slowdown):
             arr.setflags(write=False)
+
+    def _set_sharing(self, shared_cores, link_resources):
+        """Check the shared groups and resources; index them by device (see attributes)."""
+        m = len(self.devices)
+        self.shared_cores, self.link_resources = shared_cores, link_resources
+        self.core_group = np.full(m, -1, dtype=np.int64)
+        self.threads = np.zeros(m)
+        self.group_cores = []
+        for g, grp in enumerate(shared_cores):
+            if not isinstance(grp, SharedCores):
+                raise ClusterError(f"shared_cores must hold SharedCores, got {type(grp).__name__}")
+            if not (grp.cores > 0 and np.isfinite(grp.cores)) or not grp.devices:
+                raise ClusterError(f"shared cores {grp.name!r} need devices and cores > 0, got "
+                                   f"{len(grp.devices)} devices and {grp.cores!r} cores")
+            for j, name in enumerate(grp.devices):
+                k = self.device_index(name)
+                if self.core_group[k] >= 0:
+                    raise ClusterError(f"device {name!r} is in two groups of shared cores")
+                t = grp.threads_of(j)
+                if not (t > 0 and np.isfinite(t)):
+                    raise ClusterError(f"device {name!r} of shared cores {grp.name!r} wants "
+                                       f"{t!r} threads; need a number > 0")
+                self.core_group[k], self.threads[k] = g, t
+            self.group_cores.append(float(grp.cores))
+        # What a list scheduler charges: every device of a group busy at once
+        # gets its share of the cores (>= 1: a device alone is never faster).
+        demand = np.bincount(self.core_group[self.core_group >= 0],
+                             weights=self.threads[self.core_group >= 0],
+                             minlength=len(shared_cores))
+        self.slowdown = np.ones(m)
+        grouped = self.core_group >= 0
+        cores = np.asarray(self.group_cores, dtype=np.float64)
+        self.slowdown[grouped] = np.maximum(1.0, demand[self.core_group[grouped]]
+                                            / cores[self.core_group[grouped]])
+        self.link_path = [[() for _ in range(m)] for _ in range(m)]
+        for r, res in enumerate(link_resources):
+            if not isinstance(res, LinkResource):
+                raise ClusterError(f"link_resources must hold LinkResource, got {type(res).__name__}")
+            if not (res.bandwidth > 0):
+                raise ClusterError(f"link resource {res.name!r} needs a bandwidth > 0, "
+                                   f"got {res.bandwidth!r}")
+            for a, b in res.pairs:
+                i, j = self.device_index(a), self.device_index(b)
+                if i != j:
+                    self.link_path[i][j] = self.link_path[i][j] + (r,)
+        self.resource_bandwidth = np.array([r.bandwidth for r in link_resources], dtype=np.float64)
+
+    @property
+    def shares_cores(self) -> bool:
+        """Whether some devices compute on the same cores (:class:`SharedCores`)."""
+        return bool(self.shared_cores)
+
+    @property
+    def shares_links(self) -> bool:
+        """Whether transfers share resources (:class:`LinkResource` crossed by some pair)."""
+        return any(any(row) for row in self.link_path)
+
+    @property
+    def shares_hardware(self) -> bool:
+        """Whether the simulator must model contention (shared cores or links)."""
+        return self.shares_cores or self.shares_links
+
+    def with_sharing(self, shared_cores=None, link_resources=None) -> "Cluster":
+        """This cluster with other shared groups and/or resources (``None``: keep these).
+
+        Examples
+        --------
+        >>> c = Cluster.homogeneous(2, names=["a", "b"])
+        >>> c.with_sharing([SharedCores(("a", "b"), cores=2)]).slowdown.tolist()
+        [2.0, 2.0]
+        """
+        return Cluster(self.devices, bandwidth=self.bandwidth, latency=self.latency,
+                       transfer_compute=self.transfer_compute,
+                       shared_cores=self.shared_cores if shared_cores is None else shared_cores,
+                       link_resources=(self.link_resources if link_resources is None
+                                       else link_resources))
+
+    def sharing_summary(self) -> list:
+        """One line per shared group and resource, for reports (empty without)."""
+        lines = []
+        for grp in self.shared_cores:
+            threads = sorted({grp.threads_of(j) for j in range(len(grp.devices))})
+            lines.append(f"{len(grp.devices)} devices share {grp.cores:g} {grp.name} "
+                         f"(each op wants {'/'.join(f'{t:g}' for t in threads)} threads)")
+        for res in self.link_resources:
+            lines.append(f"{res.name}: {res.bandwidth / 1e9:.3g} GB/s shared by the transfers of "
+                         f"{len(res.pairs)} device pairs")
+        return lines
 
     def _matrix(self, value, what):
         m = len(self.devices)
@@ -142,11 +306,22 @@ class Cluster:
     @classmethod
     def multi_host(cls, hosts: int, devices_per_host: int, *, intra_bandwidth, inter_bandwidth,
                    intra_latency=0.0, inter_latency=0.0, memory=None, type: str = "device",
-                   speed: float = 1.0, names: Sequence[str] | None = None) -> "Cluster":
+                   speed: float = 1.0, names: Sequence[str] | None = None,
+                   topology=None) -> "Cluster":
         """``hosts`` hosts of ``devices_per_host`` devices each.
 
         Links inside a host use ``intra_*``, links between hosts ``inter_*``.
         Default names are TensorFlow-style ``/job:worker/task:H/device:<type>:i``.
+        ``topology`` (a preset of :data:`fddps.topology.TOPOLOGIES` such as
+        ``"10gbe"`` or ``"pcie3+10gbe"``) adds the resources transfers share,
+        such as one network interface per host; default none (contention-free).
+
+        Examples
+        --------
+        >>> c = Cluster.multi_host(2, 4, intra_bandwidth=12e9, inter_bandwidth=1.1e9,
+        ...                        topology="10gbe")
+        >>> c.shares_links, len(c.link_resources)
+        (True, 4)
         """
         if hosts < 1 or devices_per_host < 1:
             raise ClusterError("a cluster needs at least one host with one device")
@@ -163,7 +338,12 @@ class Cluster:
         same = host_of[:, None] == host_of[None, :]
         bw = np.where(same, intra_bandwidth, inter_bandwidth)
         lat = np.where(same, intra_latency, inter_latency)
-        return cls(devices, bandwidth=bw, latency=lat)
+        cluster = cls(devices, bandwidth=bw, latency=lat)
+        if topology is not None:
+            from .topology import with_topology
+
+            cluster = with_topology(cluster, topology)
+        return cluster
 
     @classmethod
     def from_links(cls, devices: Sequence[Device], link, transfer_compute=None) -> "Cluster":
@@ -197,7 +377,12 @@ class Cluster:
     def __repr__(self):
         types = sorted({d.type for d in self.devices})
         hosts = len({d.host for d in self.devices})
-        return f"Cluster({self.num_devices} devices of type {types} on {hosts} host(s))"
+        shared = ""
+        if self.shared_cores:
+            shared += f", {len(self.shared_cores)} group(s) of shared cores"
+        if self.link_resources:
+            shared += f", {len(self.link_resources)} shared link resource(s)"
+        return f"Cluster({self.num_devices} devices of type {types} on {hosts} host(s){shared})"
 
     def device_index(self, name) -> int:
         """Index of the device called ``name`` (an int index is returned as is).

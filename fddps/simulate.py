@@ -22,6 +22,15 @@ before the first op there that reads it; between them the tensor spends
 as TensorFlow's rendezvous does, and the devices cannot compute meanwhile, so
 many small transfers slow both ends down. With ``c = 0`` (GPUs, whose copy
 engines move data) every edge simply arrives ``T`` after its producer finishes.
+
+Shared hardware. On a cluster whose devices share cores
+(:class:`~fddps.cluster.SharedCores`) or whose transfers share link resources
+(:class:`~fddps.cluster.LinkResource`), the replay is an event simulation
+(:func:`_run_shared`): ops of devices sharing ``C`` cores progress at
+``min(1, C / threads asked)`` (processor sharing), and transfers crossing a
+resource split its bandwidth equally, so neither is ever driven past its
+capacity. The executor's choice of order (:func:`executor_order`) still
+assumes contention-free durations; the order is then replayed exactly.
 """
 
 from __future__ import annotations
@@ -70,15 +79,23 @@ class _Flow:
     ``seconds`` (its ``T``) and ``share`` (its ``c``). Per graph edge:
     ``edge_seconds``, its transfer time under the placement (0 inside a
     device), and ``edge_transfer``, the transfer that carries it or -1.
+
+    With ``wires=True`` (a cluster whose transfers share link resources) every
+    transfer between devices is one, compute-charged or not (its send and
+    receive then last 0 where ``c = 0``), and between its send and receive
+    there is a *wire* task (indices ``wires``, device -1) that moves
+    ``wire_bytes = (1 - c) * bytes`` after ``wire_latency = (1 - c) *
+    latency``, at most at the pair's bandwidth ``wire_cap``, over the
+    resources ``wire_path`` (indices into ``cluster.link_resources``).
     """
 
-    def __init__(self, graph, cluster, device, dur):
+    def __init__(self, graph, cluster, device, dur, wires=False):
         n, m = graph.num_ops, cluster.num_devices
         self.n, self.m = n, m
         src, dst = graph.src, graph.dst
         s_dev, d_dev = device[src], device[dst]
         share_of_edge = cluster.transfer_compute[s_dev, d_dev]
-        charged = (s_dev != d_dev) & (share_of_edge > 0)
+        charged = (s_dev != d_dev) & ((share_of_edge > 0) | wires)
         comm = self.edge_seconds = _edge_comm(graph, cluster, device)
         self.edge_transfer = np.full(graph.num_edges, -1, dtype=np.int64)
         keys, inverse = np.unique(src[charged] * m + d_dev[charged], return_inverse=True)
@@ -92,17 +109,30 @@ class _Flow:
         self.bytes = nbytes
         self.seconds = cluster.latency[s_t, self.dst] + nbytes * cluster.inv_bandwidth[s_t, self.dst]
         self.share = cluster.transfer_compute[s_t, self.dst]
-        self.total = n + 2 * t_count
+        self.total = n + (3 if wires else 2) * t_count
         sends, recvs = n + np.arange(t_count), n + t_count + np.arange(t_count)
         self.sends, self.recvs = sends, recvs
-        self.dev = np.concatenate([device, s_t, self.dst])
         half = self.share * self.seconds / 2
-        self.dur = np.concatenate([dur, half, half])
         plain = ~charged
-        e_src = np.concatenate([src[plain], self.producer, sends, recvs[inverse]])
-        e_dst = np.concatenate([dst[plain], sends, recvs, dst[charged]])
-        e_delay = np.concatenate([comm[plain], np.zeros(t_count),
-                                  (1.0 - self.share) * self.seconds, np.zeros(int(charged.sum()))])
+        if wires:
+            self.wires = n + 2 * t_count + np.arange(t_count)
+            self.wire_latency = (1.0 - self.share) * cluster.latency[s_t, self.dst]
+            self.wire_bytes = (1.0 - self.share) * nbytes
+            self.wire_cap = cluster.bandwidth[s_t, self.dst]
+            self.wire_path = [cluster.link_path[a][b] for a, b in zip(s_t.tolist(), self.dst.tolist())]
+            self.dev = np.concatenate([device, s_t, self.dst, np.full(t_count, -1)])
+            self.dur = np.concatenate([dur, half, half, np.zeros(t_count)])
+            e_src = np.concatenate([src[plain], self.producer, sends, self.wires, recvs[inverse]])
+            e_dst = np.concatenate([dst[plain], sends, self.wires, recvs, dst[charged]])
+            e_delay = np.concatenate([comm[plain], np.zeros(3 * t_count + int(charged.sum()))])
+        else:
+            self.wires = np.zeros(0, dtype=np.int64)
+            self.dev = np.concatenate([device, s_t, self.dst])
+            self.dur = np.concatenate([dur, half, half])
+            e_src = np.concatenate([src[plain], self.producer, sends, recvs[inverse]])
+            e_dst = np.concatenate([dst[plain], sends, recvs, dst[charged]])
+            e_delay = np.concatenate([comm[plain], np.zeros(t_count),
+                                      (1.0 - self.share) * self.seconds, np.zeros(int(charged.sum()))])
         by_src = np.argsort(e_src, kind="stable")
         self.succ_ptr = np.searchsorted(e_src[by_src], np.arange(self.total + 1))
         self.succ_idx = e_dst[by_src]
@@ -131,7 +161,7 @@ class _Flow:
         # reader): at the same gap a receive may wait on a send, never the reverse.
         key = np.concatenate([pos, pos[self.producer] + 0.25, first_pos - 0.25])
         sub = np.concatenate([np.zeros(self.n), self.dst.astype(float), self.producer.astype(float)])
-        dev = self.dev
+        dev = self.dev[:task.size]  # wires are on no device
         out = []
         for k in range(len(order)):
             sel = np.flatnonzero(dev == k)
@@ -182,7 +212,170 @@ def _run(flow, order):
         return None, np.asarray(indeg_l)
     return np.asarray(start_l), np.asarray(finish_l)
 
-def replay(graph, cluster, device, order, exec_time=None):
+def _run_shared(flow, order, cluster, trace=None):
+    """:func:`_run` on a cluster that shares cores or links: an event simulation.
+
+    Tasks start as in :func:`_run` (inputs there, the task before them on their
+    device done). What changes is how fast they progress:
+
+    - A task on a device of a :class:`~fddps.cluster.SharedCores` group of
+      ``C`` cores, while the group runs tasks wanting ``c_1 .. c_k`` threads
+      (``threads`` of their devices), progresses at rate ``min(1, C / sum c_j)``
+      (processor sharing: the cores are split in proportion to the threads
+      asking, and a task never runs faster than alone). So the cores in use,
+      ``sum c_j * rate``, never exceed ``C``. Kleinrock's processor-sharing
+      queue; it is how an OS scheduler splits cores among more runnable
+      threads than cores, and how TensorFlow's CPU devices of one process share
+      one intra-op thread pool.
+    - A wire (a transfer on a cluster with link resources) first waits its
+      latency, then moves its bytes at rate ``min(pair bandwidth, min over
+      the resources r it crosses of B_r / n_r)``, ``n_r`` the wires moving
+      bytes through ``r``: each resource's bandwidth is split equally among
+      its transfers, so a resource never carries more than ``B_r``.
+
+    Rates change only when a task starts or finishes, so the simulation jumps
+    from event to event; a task alone finishes exactly ``duration`` (or
+    ``latency + bytes / bandwidth``) after it starts, as in :func:`_run`.
+
+    ``trace``, a list, receives ``(time, task, rate)`` whenever a task's rate
+    is set (0 when it finishes): what the tests check capacities with.
+    Returns ``(start, finish)`` per task, or on a deadlock ``(None, inputs
+    each task still waits for)``.
+    """
+    n = flow.total
+    prev_on_device = np.full(n, -1, dtype=np.int64)
+    for seq in order:
+        prev_on_device[seq[1:]] = seq[:-1]
+    indeg = (flow.indeg + (prev_on_device >= 0)).tolist()
+    next_on_device = np.full(n, -1, dtype=np.int64)
+    has_prev = prev_on_device >= 0
+    next_on_device[prev_on_device[has_prev]] = np.flatnonzero(has_prev)
+    nxt = next_on_device.tolist()
+    succ_ptr, succ_idx = flow.succ_ptr.tolist(), flow.succ_idx.tolist()
+    delay, dur = flow.succ_delay.tolist(), flow.dur.tolist()
+    dev = flow.dev.tolist()
+    group = [int(cluster.core_group[d]) if d >= 0 else -1 for d in dev]
+    threads = [float(cluster.threads[d]) if d >= 0 else 0.0 for d in dev]
+    cores = cluster.group_cores
+    members = [set() for _ in cores]
+    wire_of = {}
+    if flow.wires.size:
+        for w, t in enumerate(flow.wires.tolist()):
+            wire_of[t] = w
+        w_lat, w_bytes = flow.wire_latency.tolist(), flow.wire_bytes.tolist()
+        w_cap, w_path = flow.wire_cap.tolist(), flow.wire_path
+    res_bw = cluster.resource_bandwidth.tolist()
+    on_resource = [set() for _ in res_bw]
+    ready = [0.0] * n
+    start, finish = [0.0] * n, [0.0] * n
+    remaining, rate, since, version = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
+    # (time, kind, seq, task, version); kinds: 0 done, 1 latency over, 2 start.
+    events = []
+    seq_no = 0
+
+    def push(t, kind, i, ver=0):
+        nonlocal seq_no
+        seq_no += 1
+        heapq.heappush(events, (t, kind, seq_no, i, ver))
+
+    def set_rate(i, r, t):
+        """Progress of ``i`` up to ``t`` at its old rate, then ``r`` from ``t``."""
+        if rate[i] > 0:
+            remaining[i] -= rate[i] * (t - since[i])
+            if remaining[i] < 0:
+                remaining[i] = 0.0
+        since[i], rate[i] = t, r
+        version[i] += 1
+        push(t + remaining[i] / r, 0, i, version[i])
+        if trace is not None:
+            trace.append((t, i, r))
+
+    def regroup(g, t):
+        want = sum(threads[i] for i in members[g])
+        r = min(1.0, cores[g] / want) if want > 0 else 1.0
+        for i in members[g]:
+            if rate[i] != r:
+                set_rate(i, r, t)
+
+    def rewire(wires, t):
+        for i in wires:
+            w = wire_of[i]
+            r = w_cap[w]
+            for res in w_path[w]:
+                share = res_bw[res] / len(on_resource[res])
+                if share < r:
+                    r = share
+            if rate[i] != r:
+                set_rate(i, r, t)
+
+    for i in range(n):
+        if indeg[i] == 0:
+            push(0.0, 2, i)
+    done = 0
+    while events:
+        t, kind, _, i, ver = heapq.heappop(events)
+        if kind == 2:                                   # start
+            start[i] = t
+            if i in wire_of:
+                w = wire_of[i]
+                push(t + w_lat[w], 1, i)
+            elif group[i] >= 0 and dur[i] > 0:
+                remaining[i], rate[i] = dur[i], 0.0
+                members[group[i]].add(i)
+                regroup(group[i], t)
+            else:
+                push(t + dur[i], 0, i, version[i])
+            continue
+        if kind == 1:                                   # a wire's latency is over
+            w = wire_of[i]
+            if w_bytes[w] <= 0 or not np.isfinite(w_cap[w]) and not w_path[w]:
+                push(t, 0, i, version[i])
+                continue
+            remaining[i], rate[i] = w_bytes[w], 0.0
+            affected = {i}
+            for res in w_path[w]:
+                on_resource[res].add(i)
+                affected |= on_resource[res]
+            rewire(affected, t)
+            continue
+        if ver != version[i]:
+            continue                                    # its rate changed since
+        finish[i] = t
+        done += 1
+        if trace is not None and rate[i] > 0:
+            trace.append((t, i, 0.0))
+        rate[i] = 0.0
+        g = group[i]
+        if g >= 0 and i in members[g]:
+            members[g].discard(i)
+            regroup(g, t)
+        elif i in wire_of and w_path[wire_of[i]]:
+            affected = set()
+            for res in w_path[wire_of[i]]:
+                on_resource[res].discard(i)
+                affected |= on_resource[res]
+            rewire(affected, t)
+        for p in range(succ_ptr[i], succ_ptr[i + 1]):
+            j = succ_idx[p]
+            a = t + delay[p]
+            if a > ready[j]:
+                ready[j] = a
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                push(ready[j], 2, j)
+        j = nxt[i]
+        if j >= 0:
+            if t > ready[j]:
+                ready[j] = t
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                push(ready[j], 2, j)
+    if done < n:
+        return None, np.asarray(indeg)
+    return np.asarray(start), np.asarray(finish)
+
+
+def replay(graph, cluster, device, order, exec_time=None, trace=None):
     """Start and finish time of every op under a placement and per-device order.
 
     Parameters
@@ -195,10 +388,16 @@ def replay(graph, cluster, device, order, exec_time=None):
         For each device, the ops it runs, first to last.
     exec_time : array (n, m), optional
         ``graph.exec_times(cluster)``, if already computed.
+    trace : list, optional
+        On a cluster that shares cores or links, receives ``(time, task,
+        rate)`` at every change of a task's progress rate (tasks past ``n``
+        are sends, receives and wires; see :func:`_run_shared`).
 
     Returns
     -------
     start, finish : arrays of float, shape (n,)
+        On a cluster that shares hardware an op may take longer than its
+        execution time: it ran slowed down by ops of devices sharing its cores.
 
     Raises
     ------
@@ -206,13 +405,15 @@ def replay(graph, cluster, device, order, exec_time=None):
         If ``order`` does not list each op once on its own device, or if it
         contradicts the graph's dependencies (the step would deadlock).
     """
-    start, finish, _ = _replay_flow(graph, cluster, device, order, exec_time)
+    start, finish, _ = _replay_flow(graph, cluster, device, order, exec_time, trace)
     return start[:graph.num_ops], finish[:graph.num_ops]
 
 
-def _replay_flow(graph, cluster, device, order, exec_time=None):
+def _replay_flow(graph, cluster, device, order, exec_time=None, trace=None):
     """:func:`replay`, returning the times of every task of the step's
-    :class:`_Flow` (ops first, then sends and receives) and the flow itself."""
+    :class:`_Flow` (ops first, then sends, receives and wires) and the flow
+    itself. On a cluster that shares hardware the tasks run in
+    :func:`_run_shared` (``trace`` gets its rate changes)."""
     n = graph.num_ops
     device = np.asarray(device, dtype=np.int64)
     et = graph.exec_times(cluster) if exec_time is None else exec_time
@@ -230,8 +431,12 @@ def _replay_flow(graph, cluster, device, order, exec_time=None):
     if not seen.all():
         bad = int(np.flatnonzero(~seen)[0])
         raise InvalidScheduleError(f"op {graph.names[bad]!r} is missing from the order of its device")
-    flow = _Flow(graph, cluster, device, dur)
-    start, finish = _run(flow, flow.order_tasks(order))
+    if cluster.shares_hardware:
+        flow = _Flow(graph, cluster, device, dur, wires=cluster.shares_links)
+        start, finish = _run_shared(flow, flow.order_tasks(order), cluster, trace)
+    else:
+        flow = _Flow(graph, cluster, device, dur)
+        start, finish = _run(flow, flow.order_tasks(order))
     if start is None:  # then `finish` holds the inputs each task still waits for
         stuck = int(np.flatnonzero(finish[:n] > 0)[0])
         raise InvalidScheduleError(
@@ -361,7 +566,8 @@ class Timeline:
         One row per op: ``op``, ``device``, ``start``, ``finish``.
     busy : pandas.Series
         Seconds each device computes (ops, and sends and receives on devices
-        that move tensors themselves), by device name.
+        that move tensors themselves), by device name; at full speed (on
+        shared cores its ops may take longer).
     transfers : pandas.DataFrame
         One row per link used: ``src``, ``dst``, ``bytes``, ``tensors``, ``seconds``
         (per edge; per tensor and receiving device on compute-charged links).
@@ -496,8 +702,9 @@ def simulate(graph, cluster, placement, order=None, policy="fifo"):
     ops = pd.DataFrame({"op": list(graph.names), "device": [names[k] for k in device],
                         "start": start, "finish": finish})
     # Busy: computing ops, and sending and receiving where devices do that themselves.
-    busy = pd.Series(np.bincount(flow.dev, weights=flow.dur, minlength=len(names)), index=names,
-                     name="busy")
+    on_device = flow.dev >= 0  # wires are on no device
+    busy = pd.Series(np.bincount(flow.dev[on_device], weights=flow.dur[on_device],
+                                 minlength=len(names)), index=names, name="busy")
     cross = (device[graph.src] != device[graph.dst]) & (flow.edge_transfer < 0)
     links = pd.DataFrame({"src": np.concatenate([device[graph.src][cross], device[flow.producer]]),
                           "dst": np.concatenate([device[graph.dst][cross], flow.dst]),

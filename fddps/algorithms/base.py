@@ -381,7 +381,9 @@ class PlacementState:
         n, m = graph.num_ops, cluster.num_devices
         self.n, self.m = n, m
         self.et = graph.exec_times(cluster) if exec_time is None else exec_time
-        self.et_rows = self.et.tolist()
+        # Shared cores: charge each device its share of them (Cluster.slowdown),
+        # as if every device of its group were busy; the replay is exact.
+        self.et_rows = (self.et * cluster.slowdown if cluster.shares_cores else self.et).tolist()
         self.device = [-1] * n
         self.start = [0.0] * n
         self.finish = [0.0] * n
@@ -396,7 +398,14 @@ class PlacementState:
         self.charged = bool(cluster.transfer_compute.any())
         self.share = cluster.transfer_compute.tolist()
         self.received = {}  # (producer, device) -> when its tensor is there
-        self.uniform_links = bool(m > 1 and not self.charged and np.ptp(cluster.latency[off]) == 0
+        # Shared link resources (network interfaces, PCIe uplinks): transfers
+        # queue on them, one after another (see ready_time).
+        self.links = cluster.shares_links
+        self.link_path = cluster.link_path
+        self.link_free = [0.0] * len(cluster.link_resources)
+        self.arrived = {}   # (producer, device) -> when its tensor got there over shared links
+        self.uniform_links = bool(m > 1 and not self.charged and not self.links
+                                  and np.ptp(cluster.latency[off]) == 0
                                   and np.ptp(cluster.inv_bandwidth[off]) == 0)
         self._link = ((float(cluster.latency[off][0]), float(cluster.inv_bandwidth[off][0]))
                       if self.uniform_links else None)
@@ -520,19 +529,37 @@ class PlacementState:
         for another op is there when that op received it.
         """
         t = 0.0
-        dev, fin, lat, inv = self.device, self.finish, self.latency, self.inv_bw
-        charged, share, received = self.charged, self.share, self.received
+        dev, fin = self.device, self.finish
+        charged, received = self.charged, self.received
+        links, arrived = self.links, self.arrived
         for p, b in self.inputs[i]:
             d = dev[p]
             if d == k:
                 a = fin[p]
             elif charged and (p, k) in received:
                 a = received[(p, k)]
+            elif links and (p, k) in arrived:
+                a = arrived[(p, k)]
             else:
-                a = fin[p] + (lat[d][k] + b * inv[d][k]) * (1.0 - share[d][k] if charged else 1.0)
+                a = self._arrival(p, b, d, k)
             if a > t:
                 t = a
         return t
+
+    def _arrival(self, p: int, nbytes: float, d: int, k: int) -> float:
+        """When the output of ``p`` (on ``d``) would reach ``k`` if sent now: its
+        wire time after the producer's finish and, over shared link resources,
+        after the transfers already queued on every resource of its path."""
+        wire = self.latency[d][k] + nbytes * self.inv_bw[d][k]
+        if self.charged:
+            wire *= 1.0 - self.share[d][k]
+        t0 = self.finish[p]
+        if self.links:
+            free = self.link_free
+            for r in self.link_path[d][k]:
+                if free[r] > t0:
+                    t0 = free[r]
+        return t0 + wire
 
     def duration_row(self, i: int) -> list:
         """How long op ``i`` would occupy each device, all its inputs placed.
@@ -601,6 +628,13 @@ class PlacementState:
         """Put op ``i`` on device ``k`` from ``start``; reserve its memory."""
         duration = self.duration_row(i)[k]
         f = start + duration
+        if self.links:
+            for p, b in self.inputs[i]:
+                d = self.device[p]
+                if d >= 0 and d != k and (p, k) not in self.arrived and self.link_path[d][k]:
+                    a = self.arrived[(p, k)] = self._arrival(p, b, d, k)
+                    for r in self.link_path[d][k]:
+                        self.link_free[r] = a
         if self.charged:
             receiving = duration - self.et_rows[i][k]
             for p, _ in self.inputs[i]:

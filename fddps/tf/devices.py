@@ -13,15 +13,25 @@ Memory per device, first found:
 3. :data:`DEFAULT_CPU_MEMORY` (64 GiB) for CPU devices: host memory is large
    and swaps, and the CPU devices of one process share it;
 4. the cost model's ``device_memory(type)`` (its hardware preset) for the others.
+
+Shared hardware (:func:`make_cluster`, see :mod:`fddps.cluster`): the CPU
+devices of this process (``/device:CPU:N`` without a job, or of
+``/job:localhost``) compute on the same cores, so by default they form one
+:class:`~fddps.cluster.SharedCores` group (:func:`local_cpu_sharing`); and
+devices on several hosts send through one network interface per host
+(``topology="auto"``).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping
 
 
-from ..cluster import Cluster, Device
+import numpy as np
+
+from ..cluster import Cluster, Device, LinkResource, SharedCores
 from ..errors import ClusterError
 from .graphdef import _tf
 
@@ -182,7 +192,84 @@ def check_cluster(cluster) -> Cluster:
     return cluster
 
 
-def make_cluster(devices, cost_model, memory=None) -> Cluster:
+def usable_cores() -> int:
+    """Cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where absent)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def local_cpu_sharing(devices, session_config=None) -> list:
+    """The :class:`~fddps.cluster.SharedCores` of this process's CPU devices.
+
+    TensorFlow runs the kernels of all CPU devices of one process on one
+    intra-op thread pool, on the cores the process may use: several
+    ``/device:CPU:N`` are not more cores. Each device's op times (the cost
+    model's CPU preset, all cores by default) are for it running alone with
+    the pool's threads.
+
+    Parameters
+    ----------
+    devices : sequence of Device
+        Devices as :func:`make_cluster` builds them (``host`` set).
+    session_config : tf.compat.v1.ConfigProto, optional
+        Its ``intra_op_parallelism_threads``, when > 0, is the threads one op
+        uses; otherwise (TensorFlow's default) the pool has one thread per
+        usable core.
+
+    Returns
+    -------
+    list of SharedCores
+        One group of the local process's CPU devices, cores =
+        :func:`usable_cores`; empty when it has fewer than two.
+
+    Examples
+    --------
+    >>> devs = [Device(f"/job:localhost/replica:0/task:0/device:CPU:{i}", "CPU",
+    ...                host="/job:localhost/replica:0/task:0") for i in range(4)]
+    >>> [len(g.devices) for g in local_cpu_sharing(devs)]
+    [4]
+    """
+    local = [d.name for d in devices
+             if d.type == "CPU" and d.host == "/job:localhost/replica:0/task:0"]
+    if len(local) < 2:
+        return []
+    cores = usable_cores()
+    threads = int(getattr(session_config, "intra_op_parallelism_threads", 0) or 0) or cores
+    return [SharedCores(tuple(local), cores=cores, threads=threads,
+                        name="cores of this process (one intra-op thread pool)")]
+
+
+def nic_per_host(cluster) -> list:
+    """One network interface per host (out and in), as fast as its fastest link off the host.
+
+    Only transfers the devices do not compute themselves cross it
+    (``transfer_compute < 1``); CPU tasks talking gRPC spend the whole
+    transfer on their cores already. Empty on one host.
+    """
+    hosts = sorted({d.host for d in cluster.devices})
+    if len(hosts) < 2:
+        return []
+    host = np.array([d.host for d in cluster.devices])
+    wire = cluster.transfer_compute < 1
+    out = []
+    for h in hosts:
+        here = host == h
+        leaving = here[:, None] & ~here[None, :]
+        for direction, mask in (("out", leaving & wire), ("in", leaving.T & wire)):
+            if not mask.any():
+                continue
+            bw = float(cluster.bandwidth[mask].max())
+            pairs = frozenset((cluster.names[i], cluster.names[j]) for i, j in zip(*np.nonzero(mask)))
+            out.append(LinkResource(f"{h} NIC {direction}", bw, pairs,
+                                    "one network interface per host, as fast as the cost model's "
+                                    "link between hosts"))
+    return out
+
+
+def make_cluster(devices, cost_model, memory=None, *, session_config=None, share_cores=True,
+                 topology="auto") -> Cluster:
     """A :class:`Cluster` of TensorFlow devices, links from the cost model.
 
     Parameters
@@ -196,6 +283,18 @@ def make_cluster(devices, cost_model, memory=None) -> Cluster:
         ``device_memory(device_type) -> bytes``.
     memory : float or mapping, optional
         Capacity in bytes for every device, or by device string or device type.
+    session_config : tf.compat.v1.ConfigProto, optional
+        The session's config: its intra-op threads are what one op of a local
+        CPU device uses (:func:`local_cpu_sharing`).
+    share_cores : bool
+        Whether this process's CPU devices share its cores (default True;
+        False models each with cores of its own, as before fddps modelled
+        contention). Ignored when ``devices`` is a Cluster (its groups are kept).
+    topology : ``"auto"``, None, or a preset of :data:`fddps.topology.TOPOLOGIES`
+        The link resources transfers share. ``"auto"`` (default): one network
+        interface per host (:func:`nic_per_host`) when the devices span hosts;
+        None: contention-free links; a preset name such as ``"pcie3+10gbe"``.
+        Ignored when ``devices`` is a Cluster.
 
     Returns
     -------
@@ -238,6 +337,24 @@ def make_cluster(devices, cost_model, memory=None) -> Cluster:
         out.append(Device(normal[k], type=spec.device_type, speed=speed, memory=cap,
                           host=host_of(spec)))
     if given is not None:
+        rename = dict(zip(names, normal))
+        groups = [SharedCores(tuple(rename[n] for n in grp.devices), grp.cores, grp.threads, grp.name)
+                  for grp in given.shared_cores]
+        links = [LinkResource(r.name, r.bandwidth, frozenset((rename[a], rename[b]) for a, b in r.pairs),
+                              r.source) for r in given.link_resources]
         return Cluster(out, bandwidth=given.bandwidth, latency=given.latency,
-                       transfer_compute=given.transfer_compute)
-    return Cluster.from_links(out, cost_model.link)
+                       transfer_compute=given.transfer_compute, shared_cores=groups,
+                       link_resources=links)
+    cluster = Cluster.from_links(out, cost_model.link)
+    groups = local_cpu_sharing(out, session_config) if share_cores else []
+    if topology == "auto":
+        links = nic_per_host(cluster)
+    elif topology is None:
+        links = []
+    else:
+        from ..topology import link_resources
+
+        links = link_resources(out, topology)
+    if groups or links:
+        cluster = cluster.with_sharing(groups, links)
+    return cluster

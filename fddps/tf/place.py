@@ -40,6 +40,7 @@ from ..errors import ClusterError, FddpsError, GraphError, InfeasibleError
 from ..graph import OpGraph
 from ..simulate import peak_memory, simulate
 from .devices import check_cluster, device_matches, make_cluster
+from .fetches import record_fetches
 from .graphdef import (CONTROL_FLOW_OPS, MERGE_OPS, SWITCH_OPS, GraphAnalysis, _parse_input,
                        _tf, analyse)
 from .split_candidates import split_candidates
@@ -446,7 +447,8 @@ def _order_guard(graph, cluster, schedule, enforce_order, can_enforce):
 
 
 def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
-          override=False, fetches=None, enforce_order="auto", unknown_dim=1, **options):
+          override=False, fetches=None, enforce_order="auto", unknown_dim=1, session_config=None,
+          topology="auto", **options):
     """Place and order a TensorFlow graph on devices so one step finishes soonest.
 
     Parameters
@@ -496,6 +498,14 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         ``False``: never add order edges nor fall back.
     unknown_dim : int
         Size assumed for dimensions TensorFlow cannot infer (see :func:`op_table`).
+    session_config : tf.compat.v1.ConfigProto, optional
+        The config the placed graph will run with: its intra-op threads are what
+        one op of a local CPU device uses. Several CPU devices of this process
+        share its cores (:func:`fddps.tf.devices.local_cpu_sharing`); the
+        prediction slows their concurrent ops down accordingly.
+    topology : ``"auto"``, None or a topology preset
+        Link resources transfers share (:func:`fddps.tf.make_cluster`;
+        default one network interface per host).
     **options
         Passed to the algorithm (e.g. ``insertion=False`` for FD-DPS). FD-DPS
         and FastT split ops where the cost model says it pays (intra-op
@@ -541,7 +551,8 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     scheduler = get_algorithm(algorithm, **options)
     cost_model = _default_cost_model() if cost_model is None else cost_model
     analysis = analyse(graph_def, unknown_dim)
-    cluster = make_cluster(devices, cost_model, memory)
+    cluster = make_cluster(devices, cost_model, memory, session_config=session_config,
+                           topology=topology)
     graph, info = read_graph_def(analysis, cost_model, cluster, override, fetches=fetches)
     t_read = time.perf_counter()
     schedule = scheduler.schedule(graph, cluster)
@@ -570,6 +581,8 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     out = _write_devices(analysis, [cluster.names[k] for k in device.tolist()], decisions,
                          split_device)
     order_edges = _add_order_edges(out, analysis, keep, schedule) if enforce_order else 0
+    if fetches:
+        record_fetches(out, fetches)  # so `fddps simulate` of the file predicts this step
     # Without order edges TensorFlow's executor picks the order on each device:
     # predict that step too (a first-in-first-out executor), which may be slower.
     if enforce_order:
@@ -702,6 +715,13 @@ class Placement:
         elif bound and bound > 0:
             lines.append(f"within {s.makespan / bound - 1:.1%} of optimal (lower bound "
                          f"{bound * scale:.4g} {unit})")
+        sharing = c.sharing_summary()
+        if sharing:
+            # The single-device step is the same model's: one device alone gets
+            # all of its cores and links; devices sharing them slow each other.
+            lines.append("shared hardware (the prediction slows down ops and transfers that "
+                         "share it; a device alone runs at full speed):")
+            lines += [f"  {line}" for line in sharing]
         executor = self.executor_makespan
         guard = info.get("order_guard", "")
         if guard:
@@ -713,10 +733,11 @@ class Placement:
                    "(enforce_order='auto')" if guard == "enforced order" else
                    f"placed on {c.names[int(s.device[0])] if g.num_ops else '?'} alone "
                    f"(enforce_order='auto'; {info.get('order_guard_reason', '')})"))
-        elif executor > s.makespan * 1.01:
+        elif abs(executor - s.makespan) > s.makespan * 0.01:
+            # What the placed file runs (and `fddps simulate` of it predicts).
             lines.append(
-                f"in the order TensorFlow picks itself (FIFO executor model) "
-                f"{executor * scale:.4g} {unit}"
+                f"in the order TensorFlow picks itself (FIFO executor model; what the placed "
+                f"graph runs) {executor * scale:.4g} {unit}"
                 + (", slower than the best single device" if executor > best_single else "")
                 + "; enforce_order=True makes it follow the scheduled order")
         lines += [
