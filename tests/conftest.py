@@ -31,6 +31,11 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# OR-Tools before TensorFlow: the other way round CP-SAT crashes in-process, and
+# fddps runs it in a child process (tested in test_exact.py); this keeps the
+# suite's many small exact solves in-process.
+import ortools.sat.python.cp_model  # noqa: E402,F401
+
 CPUINFO_DIR = Path(__file__).parent / "data" / "cpuinfo"
 #: CPUs the ``reads_cpu`` tests run on: None is this machine's (or the one
 #: ``FDDPS_CPUINFO`` already names).

@@ -173,7 +173,7 @@ def check_capacities(graph, cluster, device, order):
     return finish[:graph.num_ops].max() if graph.num_ops else 0.0
 
 
-@pytest.mark.parametrize("algorithm", fddps.available_algorithms())
+@pytest.mark.parametrize("algorithm", test_properties.ALGORITHMS)  # "exact" refuses sharing
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shared_problems())
 def test_schedules_on_shared_hardware_validate_and_respect_capacities(algorithm, problem):

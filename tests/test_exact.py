@@ -249,3 +249,37 @@ def test_whole_number_times_round_the_bound_up():
     assert s.info["lower_bound"] == 2.0 and s.info["optimal"]
     g = OpGraph(list("abc"), [1.0, 1.0, 1.5])
     assert schedule(g, Cluster.homogeneous(2), "heft").info["lower_bound"] == 1.75
+
+
+def test_exact_refuses_clusters_that_share_hardware():
+    from fddps.cluster import SharedCores
+
+    g = OpGraph(["a", "b"], cost=[1.0, 1.0], edges=[("a", "b", 10.0)])
+    c = Cluster.homogeneous(2, names=["x", "y"], bandwidth=1e3)
+    shared = c.with_sharing([SharedCores(("x", "y"), cores=1)])
+    with pytest.raises(ClusterError, match="share cores or links"):
+        schedule(g, shared, algorithm="exact")
+
+
+def test_exact_runs_after_tensorflow_was_imported(tmp_path):
+    """TensorFlow imported before OR-Tools makes CP-SAT crash in-process
+    (google/or-tools#3230): then the solve runs in a child process."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorflow")
+    code = (
+        "import tensorflow, fddps\n"
+        "from fddps.algorithms.exact import solver_needs_child_process\n"
+        "g = fddps.OpGraph(['a', 'b', 'c'], cost=[1.0, 2.0, 2.0], "
+        "edges=[('a', 'b', 1e3), ('a', 'c', 1e3)])\n"
+        "s = fddps.schedule(g, fddps.Cluster.homogeneous(2, bandwidth=1e3, latency=0.5), "
+        "algorithm='exact', time_limit=5)\n"
+        "s.validate()\n"
+        "print(solver_needs_child_process(), s.info['optimal'], s.makespan)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    child, optimal, makespan = run.stdout.split()[-3:]
+    assert child == "True" and optimal == "True"
+    # a on one device, b after it, c on the other after the transfer: 1 + max(2, 1.5 + 2)
+    assert float(makespan) == pytest.approx(4.5)

@@ -46,7 +46,8 @@ Bytes are rounded up and capacities down to whole bytes.
 Links that spend device time (``Cluster.transfer_compute > 0``: CPU tasks over
 gRPC) are refused with a :class:`~fddps.errors.ClusterError`: there a
 transfer adds send and receive tasks to the devices (:mod:`fddps.simulate`),
-which this model does not have.
+which this model does not have. So are clusters whose devices share cores
+or links (the simulator's contention model).
 
 Warm start: the best schedule of the heuristics in ``warm_start`` (by default
 ``fddps``, ``heft``, ``etf``) is given to the solver as a hint and as an upper
@@ -79,6 +80,9 @@ Example
 from __future__ import annotations
 
 import math
+import pickle
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -149,7 +153,9 @@ class Exact(Scheduler):
         On a non-positive ``time_limit``, ``workers`` or ``max_ops``, or a
         graph with more than ``max_ops`` ops (the message names both).
     ClusterError
-        On a cluster whose links spend device time (``transfer_compute > 0``).
+        On a cluster whose links spend device time (``transfer_compute > 0``),
+        or whose devices share cores or links (:class:`~fddps.cluster.SharedCores`,
+        :class:`~fddps.cluster.LinkResource`).
     InfeasibleError
         If no placement fits the memory (as the other schedulers).
     """
@@ -186,9 +192,17 @@ class Exact(Scheduler):
                 f"exact: the link {cluster.names[k]!r} -> {cluster.names[l]!r} spends device "
                 f"time on transfers (transfer_compute > 0), which the exact model does not "
                 f"have; schedule this cluster with a heuristic (fddps)")
+        if cluster.shares_hardware:
+            shared = "; ".join(cluster.sharing_summary())
+            raise ClusterError(
+                f"exact: devices of this cluster share cores or links ({shared}), which the "
+                f"exact model does not have (it gives each op and transfer its full speed); "
+                f"schedule this cluster with a heuristic (fddps)")
 
     def _schedule(self, graph, cluster) -> Schedule:
         self._check(graph, cluster)
+        if solver_needs_child_process():
+            return _run_isolated(self, graph, cluster)
         t0 = time.perf_counter()
         heuristics = self._heuristic_schedules(graph, cluster)
         # Each stage's model is a relaxation of the real memory rule except the
@@ -232,7 +246,7 @@ class Exact(Scheduler):
 def _solve(graph, cluster, heuristics, memory_model, options) -> Schedule:
     """One CP-SAT run under one of :data:`MEMORY_MODELS`; the best schedule found
     (see the module docstring)."""
-    from ortools.sat.python import cp_model
+    cp_model = _import_cp_model()
 
     reserve_transient = memory_model == "reserve"
     state = PlacementState(graph, cluster, reserve_transient=reserve_transient)
@@ -418,6 +432,70 @@ def _solve(graph, cluster, heuristics, memory_model, options) -> Schedule:
                               f"heuristic found one either")
     return _finish(best, min(bound, best.makespan), status == cp_model.OPTIMAL, status_name,
                    warm_name, warm_makespan)
+
+
+# -- running CP-SAT ------------------------------------------------------------------
+# OR-Tools and TensorFlow each carry their own protobuf and absl: once TensorFlow
+# was imported first, CP-SAT crashes the process (a segmentation fault in Solve,
+# or in printing a model; google/or-tools#3230, "nothing we can do about it").
+# Imported the other way round they coexist. So the solver runs in this process
+# when OR-Tools was loaded before TensorFlow (or TensorFlow not at all), and
+# otherwise in a child Python that imports OR-Tools first (:func:`_run_isolated`).
+_TF_LOADED_FIRST = None  # decided when this module first imports OR-Tools
+
+
+def _import_cp_model():
+    global _TF_LOADED_FIRST
+    if _TF_LOADED_FIRST is None:
+        _TF_LOADED_FIRST = ("tensorflow" in sys.modules
+                            and "ortools.sat.python.cp_model" not in sys.modules)
+    from ortools.sat.python import cp_model
+    return cp_model
+
+
+def solver_needs_child_process() -> bool:
+    """Whether CP-SAT must run in a child process here (TensorFlow was imported
+    before OR-Tools, which then crashes in this one)."""
+    _import_cp_model()
+    return bool(_TF_LOADED_FIRST)
+
+
+_CHILD = r"""
+import pickle, sys
+from ortools.sat.python import cp_model  # before anything imports TensorFlow
+sys.path[:0] = pickle.load(sys.stdin.buffer)
+from fddps.algorithms.base import reserving_transient
+scheduler, graph, cluster, reserve = pickle.load(sys.stdin.buffer)
+with reserving_transient(reserve):
+    try:
+        out = (scheduler._schedule(graph, cluster), None)
+    except Exception as e:  # the parent raises it
+        out = (None, e)
+pickle.dump(out, sys.stdout.buffer)
+"""
+
+
+def _run_isolated(scheduler, graph, cluster) -> Schedule:
+    """``scheduler._schedule(graph, cluster)`` in a child Python that imports
+    OR-Tools before anything else; its schedule (or exception) comes back pickled.
+
+    Raises
+    ------
+    RuntimeError
+        If the child process dies (its error output is in the message).
+    """
+    payload = pickle.dumps(sys.path) + pickle.dumps(
+        (scheduler, graph, cluster, _RESERVE_TRANSIENT.get()))
+    run = subprocess.run([sys.executable, "-c", _CHILD], input=payload, capture_output=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"exact: the CP-SAT child process failed (exit status "
+                           f"{run.returncode}): {run.stderr.decode(errors='replace')[-2000:]}")
+    schedule, error = pickle.loads(run.stdout)
+    if error is not None:
+        raise error
+    # The child's schedule holds copies: give back the caller's own graph and cluster.
+    return Schedule(graph, cluster, schedule.device, schedule.order, schedule.start,
+                    schedule.finish, schedule.algorithm, schedule.info)
 
 
 def _finish(schedule, bound, optimal, status, warm_name, warm_makespan) -> Schedule:
