@@ -181,7 +181,8 @@ def _check_strategies(name, batch, strategies):
 
     model = build_training_graph(name, batch, dataset="cifar10")
     fetches = [model.train_op.name, model.loss.name]
-    before = model.graph_def.SerializeToString()
+    before = tf.compat.v1.GraphDef()
+    before.CopyFrom(model.graph_def)
     step = step_graph(model.graph_def, fetches)
     ref_loss, ref_vars = _train(model.graph_def, model)
     for make in strategies:
@@ -194,7 +195,7 @@ def _check_strategies(name, batch, strategies):
                                        err_msg=f"{strategy.name}: {v.name}")
         used = {n.device for n in gd.node if "/fddps_part_" in n.name}
         assert used == set(CPUS), strategy.name
-    assert model.graph_def.SerializeToString() == before
+    assert model.graph_def == before
     return gd, step
 
 
@@ -222,3 +223,50 @@ def test_combine_takes_the_first_split_configuration():
     b = Strategy({"x": OpConfig({"c": 2}, ("d0", "d1")), "y": OpConfig({}, ("d1",))}, "d0")
     mixed = combine(a, b)
     assert mixed.config("x").split == {"c": 2} and mixed.config("y").split == {"n": 2}
+
+
+def _small_cnn():
+    """A real small CNN training step: conv-bias-relu-pool, dense, softmax, momentum."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(1)
+        x = _rand([8, 8, 8, 3], 1)
+        labels = tf.one_hot(tf.constant([0, 1, 2, 3, 4, 0, 1, 2]), 5)
+        w1 = tf.compat.v1.get_variable("w1", [3, 3, 3, 8], use_resource=True)
+        b1 = tf.compat.v1.get_variable("b1", [8], use_resource=True)
+        w2 = tf.compat.v1.get_variable("w2", [4 * 4 * 8, 5], use_resource=True)
+        h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w1, 1, "SAME"), b1))
+        h = tf.reshape(tf.nn.max_pool2d(h, 2, 2, "VALID"), [8, -1])
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+            labels=labels, logits=tf.matmul(h, w2)), name="loss")
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+        init = tf.compat.v1.global_variables_initializer()
+    return g, [train.name, "loss:0"], init.name, [w1, b1, w2]
+
+
+def test_place_accepts_a_strategy_and_data_parallel_is_one():
+    import fddps
+    from costmodel import default_cost_model
+
+    g, fetches, init, variables = _small_cnn()
+    before = g.as_graph_def()
+    strategy = fddps.data_parallel(g, ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"], fetches)
+    p = fddps.place(g, CPUS, cost_model=default_cost_model(), fetches=fetches, strategy=strategy)
+    assert p.makespan > 0 and (p.peak_memory > 0).sum() == 4
+    assert p.info["ops_split"] > 0
+    results = []
+    for gd in (g.as_graph_def(), p.graph_def):
+        with tf.Graph().as_default() as graph:
+            tf.graph_util.import_graph_def(gd, name="")
+            reads = [raw.ReadVariableOp(resource=graph.get_tensor_by_name(v.name),
+                                        dtype=tf.float32) for v in variables]
+            with tf.compat.v1.Session(graph=graph, config=CONFIG) as sess:
+                sess.run(init)
+                loss = sess.run(fetches)[1]
+                results.append([loss] + sess.run(reads))
+    for want, got in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert g.as_graph_def() == before
+    with pytest.raises(StrategyError, match="device '/device:CPU:9'"):
+        fddps.place(g, CPUS, cost_model=default_cost_model(), fetches=fetches,
+                    strategy=Strategy({"loss": OpConfig({}, ["/device:CPU:9"])}, CPUS[0]))

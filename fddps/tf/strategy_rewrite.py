@@ -287,3 +287,69 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None):
         ident.attr["T"].list.type.extend(t.dtype.as_datatype_enum for t in tf_op.outputs)
         w.add(ident)
     return out
+
+
+def data_parallel(graph_def, devices, fetches=None):
+    """The data-parallel :class:`~fddps.strategy.Strategy` of a TensorFlow graph.
+
+    Parameters
+    ----------
+    graph_def : GraphDef, tf.Graph, bytes, path, or a StepGraph
+    devices : list of str
+        TensorFlow device strings (normalised: ``/cpu:1`` -> ``/device:CPU:1``).
+    fetches : list of str, optional
+        What one step runs (default: every node).
+
+    Returns
+    -------
+    Strategy
+        See :func:`fddps.strategy.data_parallel`.
+    """
+    from ..strategy.graph import StepGraph
+    from ..strategy.strategy import data_parallel as _data_parallel
+    from .devices import normalize_device
+
+    step = graph_def if isinstance(graph_def, StepGraph) else step_graph(graph_def, fetches)
+    return _data_parallel(step, [normalize_device(d) for d in devices])
+
+
+def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fetches=None,
+                   unknown_dim=1):
+    """:func:`fddps.tf.place` with a given strategy: the rewritten graph and its predicted step.
+
+    The strategy is expanded into its task graph (:func:`fddps.strategy.expand`)
+    and simulated with a first-in-first-out executor on each device, which
+    gives the :class:`~fddps.tf.place.Placement`'s schedule (``makespan``,
+    ``peak_memory``); its ``graph_def`` is :func:`rewrite_strategy`'s.
+
+    Raises
+    ------
+    StrategyError
+        If the strategy does not fit the graph or the devices, or cannot be
+        written yet (see :func:`rewrite_strategy`).
+    """
+    import time
+
+    from ..schedule import Schedule
+    from ..simulate import executor_order
+    from ..strategy.expand import expand
+    from .devices import make_cluster
+    from .place import Placement
+
+    t0 = time.perf_counter()
+    analysis = analyse(graph_def, unknown_dim)
+    cluster = make_cluster(devices, cost_model, memory)
+    step = step_graph(analysis, fetches)
+    expansion = expand(step, strategy, cluster, cost_model)
+    g = expansion.graph
+    device = np.array([cluster.index[expansion.placement[n]] for n in g.names], dtype=np.int64)
+    order = executor_order(g, cluster, device)
+    schedule = Schedule.from_order(g, cluster, device, order, algorithm="strategy",
+                                   info={"strategy": strategy, "splits": []})
+    out = rewrite_strategy(analysis, strategy, fetches or [n.name for n in analysis.graph_def.node],
+                           list(cluster.names))
+    info = {"analysis": analysis, "strategy": strategy.name, "tasks": g.num_ops,
+            "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
+            "executor_makespan": schedule.makespan, "algorithm": "strategy",
+            "place_seconds": time.perf_counter() - t0}
+    return Placement(out, schedule, cluster, analysis.table, info)
