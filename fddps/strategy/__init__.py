@@ -13,10 +13,10 @@ GraphDef, :func:`fddps.tf.strategy_rewrite.rewrite_strategy` writes one.
 from .expand import Expansion, expand, simulate_strategy
 from .graph import OpInfo, StepGraph
 from .ops import OP_DESCRIPTIONS, NotDescribed, OpDescription, coverage, description_table, resolve
-from .strategy import (OpConfig, Strategy, StrategyError, combine, data_parallel, parameter_split,
-                       parts, validate, whole_placement)
+from .strategy import (OpConfig, Strategy, StrategyError, combine, data_parallel, mixed,
+                       parameter_split, parts, validate, whole_placement)
 
 __all__ = ["Expansion", "expand", "simulate_strategy", "OpInfo", "StepGraph", "OP_DESCRIPTIONS",
            "NotDescribed", "OpDescription", "coverage", "description_table", "resolve",
-           "OpConfig", "Strategy", "StrategyError", "combine", "data_parallel",
+           "OpConfig", "Strategy", "StrategyError", "combine", "data_parallel", "mixed",
            "parameter_split", "parts", "validate", "whole_placement"]

@@ -303,6 +303,34 @@ def parameter_split(step, devices: Sequence[str], op_types=None, *, only=None) -
     return _split_where(step, devices, choose, "parameter split")
 
 
+def mixed(step, devices: Sequence[str]) -> Strategy:
+    """FlexFlow's finding as a strategy: split each convolution or MatMul by parameter when
+    its weights outweigh its activations, else by sample; everything else as
+    :func:`data_parallel`.
+
+    An op's weights are its tensors without the sample dimension, its
+    activations those with it (so a layer's forward op and both its backprops
+    decide alike).
+    """
+    batch = step.batch_size
+    devices = list(devices)
+    dp = data_parallel(step, devices)
+
+    def weight_heavy(op):
+        dims = resolve(op)
+        d = sample_dim(dims, batch)
+        sizes = {True: 0.0, False: 0.0}
+        for axes, shape, item in zip(dims.inputs + dims.outputs, op.input_shapes + op.output_shapes,
+                                     op.input_itemsizes + op.output_itemsizes):
+            if isinstance(axes, tuple) and shape and axes and axes[0] != "shape":
+                sizes[d in axes] += float(np.prod(shape)) * item
+        return sizes[False] > sizes[True]
+
+    ps = parameter_split(step, devices, op_types=list(PARAMETER_DIMS), only=weight_heavy)
+    configs = {n: (ps.config(n) if ps.config(n).num_parts > 1 else dp.config(n)) for n in step.ops}
+    return Strategy(configs, devices[0], name="mixed")
+
+
 def combine(*strategies, name="mixed") -> Strategy:
     """Per op, the first strategy's configuration that splits it; else the first's."""
     configs = {}
