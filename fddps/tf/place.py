@@ -448,7 +448,7 @@ def _order_guard(graph, cluster, schedule, enforce_order, can_enforce):
 
 def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
           override=False, fetches=None, enforce_order="auto", unknown_dim=1, session_config=None,
-          topology="auto", **options):
+          topology="auto", strategy=None, **options):
     """Place and order a TensorFlow graph on devices so one step finishes soonest.
 
     Parameters
@@ -506,6 +506,11 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     topology : ``"auto"``, None or a topology preset
         Link resources transfers share (:func:`fddps.tf.make_cluster`;
         default one network interface per host).
+    strategy : fddps.strategy.Strategy, optional
+        Run this parallelization strategy instead of searching a placement
+        (:func:`fddps.tf.strategy_rewrite.place_strategy`; e.g.
+        ``fddps.data_parallel(graph_def, devices, fetches)``); ``algorithm``,
+        ``override``, ``enforce_order`` and ``options`` are then not used.
     **options
         Passed to the algorithm (e.g. ``insertion=False`` for FD-DPS). FD-DPS
         and FastT split ops where the cost model says it pays (intra-op
@@ -542,6 +547,12 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         return place_step(graph_def, devices, cost_model=cost_model, algorithm=algorithm,
                           memory=memory, override=override, fetches=fetches,
                           enforce_order=enforce_order, unknown_dim=unknown_dim, **options)
+    if strategy is not None:
+        from .strategy_rewrite import place_strategy
+
+        return place_strategy(graph_def, devices, strategy,
+                              _default_cost_model() if cost_model is None else cost_model,
+                              memory, fetches=fetches, unknown_dim=unknown_dim)
     t0 = time.perf_counter()
     if enforce_order not in (True, False, "auto"):
         raise FddpsError(f"enforce_order must be True, False or 'auto', got {enforce_order!r}")

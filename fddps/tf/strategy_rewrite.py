@@ -1,0 +1,502 @@
+"""Write a strategy into a GraphDef that runs it: :func:`rewrite_strategy`.
+
+For every op of the step (the fetches' ancestors), in topological order:
+
+- a whole op keeps its NodeDef and name, on its configuration's device;
+- a split op ``X`` becomes its parts ``X/fddps_part_j`` (copies of ``X``'s
+  NodeDef, same op and attributes) on their devices, each reading the box of
+  every input its part of the iteration domain needs
+  (:mod:`fddps.strategy.ops`); a shape-vector input becomes a ``Const``
+  ``X/fddps_part_j/shape_i`` holding the part's own shape; ``X``'s control
+  inputs go to every part;
+- ``X`` itself becomes an ``IdentityN`` of the whole outputs
+  (``X/fddps_whole_k``: a ``ConcatV2`` tree of the parts, ``AddN`` of partial
+  sums), so fetches, control inputs and consumers that need the whole tensor
+  are unchanged. TensorFlow runs only what a fetch needs, so a whole tensor
+  no consumer reads is never assembled.
+
+What a part reads, by the producer's layout: a producer part holding exactly
+the box (the same one on the part's device if there is one) is read directly,
+with no concatenate-then-slice between consecutive ops of matching layouts; a
+box inside one producer part is sliced out of it; partial sums of the box are
+added (``AddN`` on the reader's device); otherwise the whole tensor is
+assembled once and sliced (``Slice``, cached per box and device).
+
+``Mean`` parts split along a reduced axis compute ``Sum`` of their box times
+``1 / count`` of the whole, so that the partial results add up to the mean.
+
+Batch norm split by sample reduces its statistics across the parts
+(:func:`_write_batch_norm`). Not yet written (a clear
+:class:`~fddps.strategy.StrategyError` names the op): batch norm split by
+height or width, and split variables (``VarHandleOp``, ``ReadVariableOp``, optimizer
+updates): variables stay whole on their devices.
+
+Step nodes lose their ``_class`` colocation attribute (a split op's name now
+stands for an ``IdentityN``; devices are explicit); other nodes are copied as
+they are. The user's GraphDef is never modified.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from ..strategy.ops import NotDescribed, resolve
+from ..strategy.strategy import StrategyError, parts, validate
+from .graphdef import _tf, analyse
+from .split_rewrite import _const
+from .strategy_graph import step_graph
+
+#: Op types the rewrite cannot split yet (variables stay whole on their devices).
+NOT_REWRITTEN = frozenset({"VarHandleOp", "ReadVariableOp", "ResourceApplyMomentum"})
+
+
+def _tensor(name, port):
+    return name if port == 0 else f"{name}:{port}"
+
+
+class _Writer:
+    def __init__(self, out, graph):
+        self.out, self.graph = out, graph
+        self.entries = {}  # (op, port) -> (list of (tensor, box, device), partial)
+        self.whole = {}    # (op, port) -> tensor holding the whole value
+        self.cache = {}
+
+    def add(self, node):
+        self.out.node.append(node)  # a copy: finish the node before adding it
+
+    def const(self, name, value, dtype, device):
+        if name not in self.cache:
+            self.add(_const(name, value, dtype, device))
+            self.cache[name] = name
+        return name
+
+    def dtype(self, op, port):
+        return self.graph.get_operation_by_name(op).outputs[port].dtype
+
+    def slice(self, tensor, full, box, device, dtype, base):
+        """``box`` of ``tensor`` (whose box is ``full``) on ``device``."""
+        if box == full:
+            return tensor
+        key = (tensor, box, device)
+        if key not in self.cache:
+            tf = _tf()
+            name = f"{base}/fddps_slice_{len(self.cache)}"
+            begin = [a - f0 for (a, _), (f0, _) in zip(box, full)]
+            size = [b - a for a, b in box]
+            node = tf.compat.v1.NodeDef(name=name, op="Slice", device=device)
+            node.input.extend([tensor, self.const(f"{name}/begin", begin, tf.int32, device),
+                               self.const(f"{name}/size", size, tf.int32, device)])
+            node.attr["T"].type = dtype.as_datatype_enum
+            node.attr["Index"].type = tf.int32.as_datatype_enum
+            self.add(node)
+            self.cache[key] = name
+        return self.cache[key]
+
+    def add_n(self, tensors, device, dtype, name):
+        if len(tensors) == 1:
+            return tensors[0]
+        if name not in self.cache:
+            node = _tf().compat.v1.NodeDef(name=name, op="AddN", device=device)
+            node.input.extend(tensors)
+            node.attr["N"].i = len(tensors)
+            node.attr["T"].type = dtype.as_datatype_enum
+            self.add(node)
+            self.cache[name] = name
+        return name
+
+    def assemble(self, boxes, device, dtype, base):
+        """One tensor from ``[(box, tensor)]`` tiling a box: a tree of ``ConcatV2``."""
+        if len(boxes) == 1:
+            return boxes[0][1]
+        axis = next(a for a in range(len(boxes[0][0])) if len({b[a] for b, _ in boxes}) > 1)
+        groups = {}
+        for box, t in boxes:
+            groups.setdefault(box[axis], []).append((box, t))
+        pieces = [self.assemble(groups[r], device, dtype, f"{base}_{r[0]}")
+                  for r in sorted(groups)]
+        tf = _tf()
+        name = f"{base}/concat_{axis}"
+        node = tf.compat.v1.NodeDef(name=name, op="ConcatV2", device=device)
+        node.input.extend(pieces + [self.const(f"{name}/axis", axis, tf.int32, device)])
+        node.attr["N"].i = len(pieces)
+        node.attr["T"].type = dtype.as_datatype_enum
+        node.attr["Tidx"].type = tf.int32.as_datatype_enum
+        self.add(node)
+        return name
+
+    def materialize(self, op, port):
+        """The whole value of a split op's output ``port``."""
+        key = (op, port)
+        if key not in self.whole:
+            entries, partial = self.entries[key]
+            dtype = self.dtype(op, port)
+            device = entries[0][2]
+            by_box = {}
+            for t, box, _ in entries:
+                by_box.setdefault(box, []).append(t)
+            base = f"{op}/fddps_whole_{port}"
+            tiles = [(box, self.add_n(ts, device, dtype, f"{base}/sum_{i}") if partial else ts[0])
+                     for i, (box, ts) in enumerate(by_box.items())]
+            self.whole[key] = self.assemble(tiles, device, dtype, base)
+        return self.whole[key]
+
+    def read(self, op, port, box, device, shape):
+        """A tensor holding ``box`` of output ``port`` of ``op``, for a reader on ``device``."""
+        full = tuple((0, s) for s in (shape or ()))
+        if (op, port) not in self.entries:  # a whole op: its own tensor
+            return self.slice(_tensor(op, port), full, box, device, self.dtype(op, port), op)
+        entries, partial = self.entries[op, port]
+        exact = [(t, d) for t, b, d in entries if b == box]
+        if exact and not partial:
+            return next((t for t, d in exact if d == device), exact[0][0])
+        if exact and partial and all(b == box or not _overlaps(b, box) for _, b, _ in entries):
+            return self.add_n([t for t, _ in exact], device, self.dtype(op, port),
+                              f"{op}/fddps_sum_{port}_{len(self.cache)}")
+        if not partial:
+            inside = [(t, b) for t, b, d in entries
+                      if all(a0 <= a and b1 >= b_ for (a0, b1), (a, b_) in zip(b, box))]
+            if inside:
+                t, b = inside[0]
+                return self.slice(t, b, box, device, self.dtype(op, port), f"{op}/fddps_part")
+        return self.slice(self.materialize(op, port), full, box, device, self.dtype(op, port), op)
+
+
+def _overlaps(a, b):
+    return all(max(a0, b0) < min(a1, b1) for (a0, a1), (b0, b1) in zip(a, b))
+
+
+def _box(axes, shape, pbox):
+    if not isinstance(axes, tuple) or (axes and axes[0] == "shape"):
+        return tuple((0, s) for s in (shape or ()))
+    return tuple(pbox[d] if d is not None else (0, s) for d, s in zip(axes, shape))
+
+
+def _node(name, op, inputs, device, dtype=None, **attrs):
+    """A NodeDef: ``T`` = ``dtype``; other attributes as bool, int, float, str or dtype."""
+    tf = _tf()
+    node = tf.compat.v1.NodeDef(name=name, op=op, device=device)
+    node.input.extend(inputs)
+    if dtype is not None:
+        node.attr["T"].type = dtype.as_datatype_enum
+    for key, value in attrs.items():
+        if isinstance(value, bool):
+            node.attr[key].b = value
+        elif isinstance(value, int):
+            node.attr[key].i = value
+        elif isinstance(value, float):
+            node.attr[key].f = value
+        elif isinstance(value, str):
+            node.attr[key].s = value.encode()
+        else:
+            node.attr[key].type = value.as_datatype_enum
+    return node
+
+
+def _sum_nhw(w, name, x, device, dtype):
+    """Per-channel sum over the sample, height and width axes (NHWC)."""
+    tf = _tf()
+    axes = w.const(f"{name}/axes", [0, 1, 2], tf.int32, device)
+    w.add(_node(name, "Sum", [x, axes], device, dtype, Tidx=tf.int32, keep_dims=False))
+    return name
+
+
+def _scaled(w, name, x, factor, device, dtype):
+    w.add(_node(name, "Mul", [x, w.const(f"{name}/factor", factor, dtype, device)], device, dtype))
+    return name
+
+
+def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
+    """Batch norm split by sample (and channel): statistics reduced across the parts.
+
+    Forward: the mean is the sum of the parts' sums over N = n*h*w; the
+    variance likewise from the parts' sums of squared deviations from that
+    mean (two passes, as the fused kernel); each part then normalises with
+    ``FusedBatchNormV3(is_training=False)`` at those statistics. Outputs 1-4
+    are what the training kernel returns: the mean, the variance with
+    Bessel's correction, the mean, the biased variance. Backward: each part
+    forms x-hat, the sums of dy and dy * x-hat are reduced across the parts
+    (they are ``offset_backprop`` and ``scale_backprop``), and
+    ``dx = scale * rsqrt(var + eps) * (dy - sum(dy)/N - x-hat * sum(dy*x-hat)/N)``.
+    Returns per output the part entries ``[(tensor, box, device)]`` and the part names.
+    """
+    tf = _tf()
+    if any(cfg.split.get(d, 1) > 1 for d in ("h", "w")):
+        raise StrategyError(f"op {name!r} ({op.op_type}): splitting its height or width is not "
+                            "written into GraphDefs yet (split n and c)")
+    grad = op.op_type == "FusedBatchNormGradV3"
+    n, h, w_, c = op.input_shapes[0]
+    count = float(n * h * w_)
+    dtype = tf_op.inputs[0].dtype
+    eps = float(node_def.attr["epsilon"].f)
+    all_parts = parts(op, cfg, dims)
+    groups = {}
+    for p in all_parts:
+        groups.setdefault(p.box["c"], []).append(p)
+    outs = [[] for _ in op.output_shapes]
+    names = []
+    for cg, members in groups.items():
+        home = members[0].device
+        base = f"{name}/fddps_stats_{cg[0]}"
+        chan = ((cg[0], cg[1]),)
+
+        def read(k, p, box):
+            src, port = op.inputs[k]
+            return w.read(src, port, box, p.device, op.input_shapes[k])
+
+        def box_of(p):
+            return tuple(p.box[d] for d in "nhwc")
+
+        empty = [w.const(f"{base}/empty_{k}", np.zeros(s if s and None not in s else (0,)),
+                         tf_op.outputs[k].dtype, home)
+                 for k, s in enumerate(op.output_shapes) if not isinstance(dims.outputs[k], tuple)]
+        if not grad:
+            sums = [_sum_nhw(w, f"{name}/fddps_part_{p.index}/sum", read(0, p, box_of(p)), p.device,
+                             dtype) for p in members]
+            w.add(_node(f"{base}/sum", "AddN", sums, home, dtype, N=len(sums)))
+            mean = _scaled(w, f"{base}/mean", f"{base}/sum", 1.0 / count, home, dtype)
+            sq = []
+            for p in members:
+                pre = f"{name}/fddps_part_{p.index}"
+                w.add(_node(f"{pre}/dev", "Sub", [read(0, p, box_of(p)), mean], p.device, dtype))
+                w.add(_node(f"{pre}/sq", "Square", [f"{pre}/dev"], p.device, dtype))
+                sq.append(_sum_nhw(w, f"{pre}/sqsum", f"{pre}/sq", p.device, dtype))
+            w.add(_node(f"{base}/sqsum", "AddN", sq, home, dtype, N=len(sq)))
+            var = _scaled(w, f"{base}/var", f"{base}/sqsum", 1.0 / count, home, dtype)
+            unbiased = _scaled(w, f"{base}/var_unbiased", var, count / max(count - 1.0, 1.0),
+                               home, dtype)
+            for p in members:
+                pname = f"{name}/fddps_part_{p.index}"
+                part = _tf().compat.v1.NodeDef()
+                part.CopyFrom(node_def)
+                part.name, part.device = pname, p.device
+                part.attr.pop("_class", None)
+                part.attr["is_training"].b = False
+                del part.input[:]
+                part.input.extend([read(0, p, box_of(p)), read(1, p, chan), read(2, p, chan),
+                                   mean, var])
+                w.add(part)
+                names.append(pname)
+                outs[0].append((pname, box_of(p), p.device))
+            stats = [mean, unbiased, mean, var]
+        else:
+            mean, var = read(3, members[0], chan), read(4, members[0], chan)
+            w.add(_node(f"{base}/var_eps", "AddV2",
+                        [var, w.const(f"{base}/eps", eps, dtype, home)], home, dtype))
+            w.add(_node(f"{base}/inv", "Rsqrt", [f"{base}/var_eps"], home, dtype))
+            inv = f"{base}/inv"
+            xhat, dsum, dxsum = {}, [], []
+            for p in members:
+                pre = f"{name}/fddps_part_{p.index}"
+                dy = read(0, p, box_of(p))
+                w.add(_node(f"{pre}/centred", "Sub", [read(1, p, box_of(p)), mean], p.device, dtype))
+                w.add(_node(f"{pre}/xhat", "Mul", [f"{pre}/centred", inv], p.device, dtype))
+                w.add(_node(f"{pre}/dy_xhat", "Mul", [dy, f"{pre}/xhat"], p.device, dtype))
+                xhat[p.index] = f"{pre}/xhat"
+                dsum.append(_sum_nhw(w, f"{pre}/dy_sum", dy, p.device, dtype))
+                dxsum.append(_sum_nhw(w, f"{pre}/dy_xhat_sum", f"{pre}/dy_xhat", p.device, dtype))
+            w.add(_node(f"{base}/offset_grad", "AddN", dsum, home, dtype, N=len(dsum)))
+            w.add(_node(f"{base}/scale_grad", "AddN", dxsum, home, dtype, N=len(dxsum)))
+            mean_dy = _scaled(w, f"{base}/mean_dy", f"{base}/offset_grad", 1.0 / count, home, dtype)
+            mean_dyx = _scaled(w, f"{base}/mean_dy_xhat", f"{base}/scale_grad", 1.0 / count, home,
+                               dtype)
+            w.add(_node(f"{base}/gain", "Mul", [read(2, members[0], chan), inv], home, dtype))
+            for p in members:
+                pre = f"{name}/fddps_part_{p.index}"
+                dy = read(0, p, box_of(p))
+                w.add(_node(f"{pre}/dy_centred", "Sub", [dy, mean_dy], p.device, dtype))
+                w.add(_node(f"{pre}/xhat_term", "Mul", [xhat[p.index], mean_dyx], p.device, dtype))
+                w.add(_node(f"{pre}/inner", "Sub", [f"{pre}/dy_centred", f"{pre}/xhat_term"],
+                            p.device, dtype))
+                w.add(_node(pre, "Mul", [f"{pre}/inner", f"{base}/gain"], p.device, dtype))
+                names.append(pre)
+                outs[0].append((pre, box_of(p), p.device))
+            stats = [f"{base}/scale_grad", f"{base}/offset_grad"]
+        for k, t in enumerate(stats, start=1):
+            outs[k].append((t, chan, home))
+        for k, t in zip([k for k in range(len(op.output_shapes))
+                         if not isinstance(dims.outputs[k], tuple)], empty):
+            outs[k].append((t, (), home))
+    return outs, names
+
+
+def rewrite_strategy(graph_def, strategy, fetches, devices=None):
+    """A GraphDef that runs ``strategy``: the same loss and updates as ``graph_def``.
+
+    Parameters
+    ----------
+    graph_def : GraphDef, tf.Graph, bytes or path
+        Never modified.
+    strategy : fddps.strategy.Strategy
+    fetches : list of str
+        What one step runs (``["train_op", "total_loss"]``); the rewrite covers
+        their ancestors, every other node is copied unchanged.
+    devices : list of str, optional
+        The cluster the strategy must fit (default: the devices it names).
+
+    Returns
+    -------
+    GraphDef
+
+    Raises
+    ------
+    StrategyError
+        If the strategy does not validate, or splits an op the rewrite cannot
+        split yet (see the module notes).
+    """
+    tf = _tf()
+    analysis = analyse(graph_def)
+    step = step_graph(analysis, fetches)
+    validate(strategy, step, devices or strategy.devices())
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(analysis.graph_def.versions)
+    out.library.CopyFrom(analysis.graph_def.library)
+    by_name = {n.name: n for n in analysis.graph_def.node}
+    for node in analysis.graph_def.node:
+        if node.name not in step.ops:
+            out.node.add().CopyFrom(node)
+    w = _Writer(out, analysis.graph)
+    tasks = {}
+    for name, op in step.ops.items():
+        cfg = strategy.config(name)
+        original = by_name[name]
+        if cfg.num_parts == 1:
+            node = tf.compat.v1.NodeDef()
+            node.CopyFrom(original)
+            node.device = cfg.devices[0]
+            node.attr.pop("_class", None)
+            del node.input[:]
+            for k, (src, port) in enumerate(op.inputs):
+                shape = op.input_shapes[k]
+                node.input.append(w.read(src, port, tuple((0, s) for s in (shape or ())),
+                                         cfg.devices[0], shape))
+            node.input.extend(f"^{t}" for c in op.control_inputs for t in tasks[c])
+            w.add(node)
+            tasks[name] = [name]
+            continue
+        if op.op_type in NOT_REWRITTEN:
+            raise StrategyError(f"op {name!r} ({op.op_type}): split variables are not written "
+                                "into GraphDefs yet; keep variables, their reads and updates whole")
+        try:
+            dims = resolve(op)
+        except NotDescribed as why:  # validate() has caught this; keep the message if not
+            raise StrategyError(f"op {name!r} ({op.op_type}) cannot be split: {why}") from None
+        partial = any(cfg.split.get(d, 1) > 1 for d in dims.reduction)
+        names, outs = [], [[] for _ in op.output_shapes]
+        tf_op = analysis.graph.get_operation_by_name(name)
+        stats_split = any(cfg.split.get(d, 1) > 1 for d in dims.stats)
+        if stats_split:
+            outs, names = _write_batch_norm(w, name, op, cfg, dims, tf_op, original)
+        for p in ([] if stats_split else parts(op, cfg, dims)):
+            pname = f"{name}/fddps_part_{p.index}"
+            node = tf.compat.v1.NodeDef()
+            node.CopyFrom(original)
+            node.name, node.device = pname, p.device
+            node.attr.pop("_class", None)
+            node.attr.pop("_output_shapes", None)
+            del node.input[:]
+            out_boxes = [_box(m, s, p.box) for m, s in zip(dims.outputs, op.output_shapes)]
+            for k, ((src, port), axes) in enumerate(zip(op.inputs, dims.inputs)):
+                shape = op.input_shapes[k]
+                if isinstance(axes, tuple) and axes and axes[0] == "shape":
+                    value = [b - a for a, b in out_boxes[axes[1]]]
+                    node.input.append(w.const(f"{pname}/shape_{k}", value,
+                                              tf_op.inputs[k].dtype, p.device))
+                    continue
+                node.input.append(w.read(src, port, _box(axes, shape, p.box), p.device, shape))
+            if op.op_type == "Slice":  # an explicit size on a split axis: take the part's extent
+                size = [-1 if isinstance(axes_d, str) else s for axes_d, s in
+                        zip(dims.inputs[0], op.const_values[2])]
+                node.input[2] = w.const(f"{pname}/size", size, tf_op.inputs[2].dtype, p.device)
+            node.input.extend(f"^{t}" for c in op.control_inputs for t in tasks[c])
+            if op.op_type == "Mean" and partial:
+                # Sum of the part's box, scaled by the whole count: partials add to the mean.
+                node.name, node.op = f"{pname}/sum", "Sum"
+                w.add(node)
+                count = np.prod([dims.extent[d] for d in dims.reduction])
+                dtype = tf_op.outputs[0].dtype
+                scale = tf.compat.v1.NodeDef(name=pname, op="Mul", device=p.device)
+                scale.input.extend([node.name, w.const(f"{pname}/scale", 1.0 / count, dtype,
+                                                       p.device)])
+                scale.attr["T"].type = dtype.as_datatype_enum
+                w.add(scale)
+            else:
+                w.add(node)
+            names.append(pname)
+            for k, box in enumerate(out_boxes):
+                outs[k].append((_tensor(pname, k), box, p.device))
+        tasks[name] = names
+        for k in range(len(op.output_shapes)):
+            w.entries[name, k] = (outs[k], partial)
+        # X: the whole outputs, for fetches, control inputs and whole readers.
+        ident = tf.compat.v1.NodeDef(name=name, op="IdentityN", device=cfg.devices[0])
+        ident.input.extend(w.materialize(name, k) for k in range(len(op.output_shapes)))
+        ident.attr["T"].list.type.extend(t.dtype.as_datatype_enum for t in tf_op.outputs)
+        w.add(ident)
+    return out
+
+
+def data_parallel(graph_def, devices, fetches=None):
+    """The data-parallel :class:`~fddps.strategy.Strategy` of a TensorFlow graph.
+
+    Parameters
+    ----------
+    graph_def : GraphDef, tf.Graph, bytes, path, or a StepGraph
+    devices : list of str
+        TensorFlow device strings (normalised: ``/cpu:1`` -> ``/device:CPU:1``).
+    fetches : list of str, optional
+        What one step runs (default: every node).
+
+    Returns
+    -------
+    Strategy
+        See :func:`fddps.strategy.data_parallel`.
+    """
+    from ..strategy.graph import StepGraph
+    from ..strategy.strategy import data_parallel as _data_parallel
+    from .devices import normalize_device
+
+    step = graph_def if isinstance(graph_def, StepGraph) else step_graph(graph_def, fetches)
+    return _data_parallel(step, [normalize_device(d) for d in devices])
+
+
+def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fetches=None,
+                   unknown_dim=1):
+    """:func:`fddps.tf.place` with a given strategy: the rewritten graph and its predicted step.
+
+    The strategy is expanded into its task graph (:func:`fddps.strategy.expand`)
+    and simulated with a first-in-first-out executor on each device, which
+    gives the :class:`~fddps.tf.place.Placement`'s schedule (``makespan``,
+    ``peak_memory``); its ``graph_def`` is :func:`rewrite_strategy`'s.
+
+    Raises
+    ------
+    StrategyError
+        If the strategy does not fit the graph or the devices, or cannot be
+        written yet (see :func:`rewrite_strategy`).
+    """
+    import time
+
+    from ..schedule import Schedule
+    from ..simulate import executor_order
+    from ..strategy.expand import expand
+    from .devices import make_cluster
+    from .place import Placement
+
+    t0 = time.perf_counter()
+    analysis = analyse(graph_def, unknown_dim)
+    cluster = make_cluster(devices, cost_model, memory)
+    step = step_graph(analysis, fetches)
+    expansion = expand(step, strategy, cluster, cost_model)
+    g = expansion.graph
+    device = np.array([cluster.index[expansion.placement[n]] for n in g.names], dtype=np.int64)
+    order = executor_order(g, cluster, device)
+    schedule = Schedule.from_order(g, cluster, device, order, algorithm="strategy",
+                                   info={"strategy": strategy, "splits": []})
+    out = rewrite_strategy(analysis, strategy, fetches or [n.name for n in analysis.graph_def.node],
+                           list(cluster.names))
+    info = {"analysis": analysis, "strategy": strategy.name, "tasks": g.num_ops,
+            "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
+            "executor_makespan": schedule.makespan, "algorithm": "strategy",
+            "place_seconds": time.perf_counter() - t0}
+    return Placement(out, schedule, cluster, analysis.table, info)
