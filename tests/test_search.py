@@ -1,0 +1,149 @@
+"""fddps.search: delta simulation equals full simulation; FlexFlow's MCMC, the DP, auto."""
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from costmodel import default_cost_model  # noqa: E402
+from fddps.search import (SearchError, StrategyEvaluator, decision_units, get_search,  # noqa: E402
+                          unit_splits)
+from fddps.strategy import OpConfig, validate  # noqa: E402
+from fddps.tf.strategy_graph import step_graph  # noqa: E402
+
+GPUS = [f"/device:GPU:{i}" for i in range(4)]
+CPUS = [f"/device:CPU:{i}" for i in range(4)]
+CONFIG = tf.compat.v1.ConfigProto(device_count={"CPU": 4}, allow_soft_placement=False,
+                                  inter_op_parallelism_threads=2, intra_op_parallelism_threads=1)
+raw = tf.raw_ops
+
+
+@pytest.fixture(scope="module")
+def cm():
+    return default_cost_model("p100")
+
+
+def small_cnn(batch=16, width=32, batch_norm=True):
+    """A real small CNN training step: conv, batch norm, relu, pool, conv, dense, softmax, momentum."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(1)
+        x = tf.constant(np.random.default_rng(1).standard_normal((batch, 8, 8, 3)).astype(np.float32))
+        labels = tf.one_hot(tf.constant(np.arange(batch) % 5), 5)
+        w1 = tf.compat.v1.get_variable("w1", [3, 3, 3, width], use_resource=True)
+        w2 = tf.compat.v1.get_variable("w2", [3, 3, width, width], use_resource=True)
+        b2 = tf.compat.v1.get_variable("b2", [width], use_resource=True)
+        w3 = tf.compat.v1.get_variable("w3", [4 * 4 * width, 5], use_resource=True)
+        h = tf.nn.conv2d(x, w1, 1, "SAME")
+        if batch_norm:
+            gamma = tf.compat.v1.get_variable("gamma", [width], use_resource=True,
+                                              initializer=tf.compat.v1.ones_initializer())
+            beta = tf.compat.v1.get_variable("beta", [width], use_resource=True,
+                                             initializer=tf.compat.v1.zeros_initializer())
+            h, _, _ = tf.compat.v1.nn.fused_batch_norm(h, gamma, beta, is_training=True)
+        h = tf.nn.max_pool2d(tf.nn.relu(h), 2, 2, "VALID")
+        h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(h, w2, 1, "SAME"), b2))
+        h = tf.reshape(h, [batch, -1])
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+            labels=labels, logits=tf.matmul(h, w3)), name="loss")
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+        init = tf.compat.v1.global_variables_initializer()
+        variables = tf.compat.v1.trainable_variables()
+    return g, [train.name, "loss:0"], init.name, variables
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    g, fetches, init, variables = small_cnn()
+    return g, fetches, init, variables, step_graph(g.as_graph_def(), fetches)
+
+
+def _random_config(rng, step, unit, devices):
+    splits = unit_splits(step, unit, len(devices))
+    split = splits[int(rng.integers(len(splits)))]
+    n = int(np.prod(list(split.values()))) if split else 1
+    return OpConfig(split, [devices[j] for j in rng.permutation(len(devices))[:n]])
+
+
+def test_delta_simulation_equals_full_simulation_on_random_proposals(cnn, cm):
+    from fddps.strategy import data_parallel
+
+    step = cnn[-1]
+    cluster = cm.cluster(GPUS)
+    ev = StrategyEvaluator(step, cluster, cm)
+    ev.reset(data_parallel(step, GPUS))
+    rng = np.random.default_rng(3)
+    units = [u for u in decision_units(step) if len(unit_splits(step, u, 4)) > 1]
+    assert len(units) > 10
+    changed = 0
+    for i in range(40):
+        changes = {}
+        for _ in range(1 + i % 3):  # one to three units at once
+            unit = units[int(rng.integers(len(units)))]
+            cfg = _random_config(rng, step, unit, GPUS)
+            changes.update({n: cfg for n in unit})
+        proposal = ev.propose(changes)
+        full = ev.full(ev.strategy(proposal.configs))
+        assert proposal.makespan == full.makespan
+        np.testing.assert_array_equal(proposal.peak, full.peak)
+        changed += proposal.makespan != ev.current.makespan
+        if rng.random() < 0.6:
+            ev.accept(proposal)
+    assert changed > 10  # the proposals did change the step
+
+
+def _run_step(gd, fetches, init, variables):
+    with tf.Graph().as_default() as graph:
+        tf.graph_util.import_graph_def(gd, name="")
+        reads = [raw.ReadVariableOp(resource=graph.get_tensor_by_name(v.name), dtype=tf.float32)
+                 for v in variables]
+        with tf.compat.v1.Session(graph=graph, config=CONFIG) as sess:
+            sess.run(init)
+            loss = sess.run(fetches)[1]
+            return [loss] + sess.run(reads)
+
+
+def _assert_runs_like_original(g, fetches, init, variables, strategy):
+    from fddps.tf.strategy_rewrite import rewrite_strategy
+
+    gd = rewrite_strategy(g.as_graph_def(), strategy, fetches, CPUS)
+    want = _run_step(g.as_graph_def(), fetches, init, variables)
+    got = _run_step(gd, fetches, init, variables)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_flexflow_is_reproducible_fits_and_never_worse_than_its_starts(cnn, cm):
+    step = cnn[-1]
+    cluster = cm.cluster(GPUS)
+    a = get_search("flexflow", max_proposals=120, seed=5).fit(step, cluster, cm)
+    b = get_search("flexflow", max_proposals=120, seed=5).fit(step, cluster, cm)
+    assert {n: (c.split, c.devices) for n, c in a.strategy.configs.items()} == \
+        {n: (c.split, c.devices) for n, c in b.strategy.configs.items()}
+    assert a.makespan == b.makespan and a.fits
+    validate(a.strategy, step, GPUS)
+    assert a.makespan <= min(a.info["start_steps"].values()) * (1 + 1e-12)
+    assert a.info["proposals"] > 50 and a.info["accepted"] > 0
+    ev = StrategyEvaluator(step, cluster, cm)
+    assert ev.full(a.strategy).makespan == pytest.approx(a.makespan, rel=1e-12)
+
+
+def test_flexflow_writable_result_runs_with_the_original_loss_and_variables(cnn, cm):
+    g, fetches, init, variables, step = cnn
+    cluster = cm.cluster(CPUS)
+    r = get_search("flexflow", max_proposals=150, seed=1, writable=True).fit(step, cluster, cm)
+    assert r.fits and sum(c.num_parts > 1 for c in r.strategy.configs.values()) > 0
+    _assert_runs_like_original(g, fetches, init, variables, r.strategy)
+
+
+def test_searches_name_bad_options():
+    with pytest.raises(SearchError, match="'time_budget' must be a positive number"):
+        get_search("flexflow", time_budget=0)
+    with pytest.raises(SearchError, match="'time_budget' must be a positive number"):
+        get_search("flexflow", time_budget="10s")
+    with pytest.raises(SearchError, match="has no option 'temperature'"):
+        get_search("flexflow", temperature=3)
+    with pytest.raises(SearchError, match="'max_proposals' must be a positive integer"):
+        get_search("flexflow", max_proposals=2.5)
+    with pytest.raises(ValueError, match="unknown strategy search 'annealing'"):
+        get_search("annealing")
