@@ -147,3 +147,86 @@ def test_searches_name_bad_options():
         get_search("flexflow", max_proposals=2.5)
     with pytest.raises(ValueError, match="unknown strategy search 'annealing'"):
         get_search("annealing")
+
+
+def _brute_force(unary, pairwise):
+    """Every strategy's additive cost at once (numpy broadcasting), and the best one."""
+    n = len(unary)
+    sizes = [len(u) for u in unary]
+    total = np.zeros(sizes)
+    for v, u in enumerate(unary):
+        shape = [1] * n
+        shape[v] = sizes[v]
+        total = total + np.reshape(u, shape)
+    for (a, b), t in pairwise.items():
+        shape = [1] * n
+        shape[a], shape[b] = sizes[a], sizes[b]
+        total = total + (np.reshape(t, shape) if a < b else np.reshape(t.T, shape))
+    best = np.unravel_index(int(np.argmin(total)), total.shape)
+    return float(total.min()), [int(i) for i in best]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_elimination_finds_the_exhaustive_optimum_of_random_factor_graphs(seed):
+    from fddps.search.pase import eliminate
+
+    rng = np.random.default_rng(seed)
+    n = 7
+    unary = [rng.random(int(rng.integers(2, 5))) for _ in range(n)]
+    pairwise = {}
+    for a in range(n):
+        for b in range(a + 1, n):
+            if rng.random() < 0.45:
+                key = (a, b) if rng.random() < 0.5 else (b, a)
+                pairwise[key] = rng.random((len(unary[key[0]]), len(unary[key[1]]))) * 2
+    cost, choice = eliminate(unary, pairwise)
+    want, _ = _brute_force(unary, pairwise)
+    assert cost == pytest.approx(want, rel=1e-12)
+    got = sum(unary[v][c] for v, c in enumerate(choice)) + sum(
+        t[choice[a], choice[b]] for (a, b), t in pairwise.items())
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_pase_is_the_exhaustive_optimum_of_its_cost_on_a_real_step_and_mcmc_beats_it(cm):
+    from fddps.search.pase import PaseSearch, eliminate
+
+    g, fetches, _, _ = small_cnn(batch=32, width=64, batch_norm=False)
+    step = step_graph(g.as_graph_def(), fetches)
+    cluster = cm.cluster(GPUS[:2])
+    search = PaseSearch()
+    vertices, configs, unary, pairwise = search.costs(step, cluster, cm)
+    # Whole on either GPU, and (where the vertex splits) by sample and by parameter.
+    assert 6 <= len(vertices) <= 12 and all(2 <= len(c) <= 4 for c in configs)
+    assert sum(len(c) == 4 for c in configs) >= 3
+    assert any(t.max() > 0 for t in pairwise.values())
+    cost, choice = eliminate(unary, pairwise)
+    want, best = _brute_force(unary, pairwise)
+    assert cost == pytest.approx(want, rel=1e-12)
+    result = search.fit(step, cluster, cm)
+    assert result.info["additive_cost"] == pytest.approx(want, rel=1e-12)
+    validate(result.strategy, step, GPUS[:2])
+    assert result.fits and result.makespan > 0
+    ev = StrategyEvaluator(step, cluster, cm)
+    assert ev.full(result.strategy).makespan == result.makespan  # re-timed by the simulator
+    mcmc = get_search("flexflow", max_proposals=60, seed=2).fit(
+        step, cluster, cm, starts={"pase": result.strategy})
+    assert mcmc.makespan <= result.makespan
+
+
+def test_pase_names_the_vertex_whose_table_is_too_large(cnn, cm):
+    from fddps.search.pase import PaseSearch
+
+    with pytest.raises(SearchError, match=r"vertex '.+' would need a table of \d+ entries"):
+        PaseSearch(max_table=20).fit(cnn[-1], cm.cluster(GPUS), cm)
+    with pytest.raises(SearchError, match="'max_table' must be a positive integer"):
+        PaseSearch(max_table=-1)
+
+
+def test_pase_writable_result_runs_with_the_original_loss_and_variables(cnn, cm):
+    from fddps.search.pase import PaseSearch
+
+    g, fetches, init, variables, step = cnn
+    r = PaseSearch(writable=True).fit(step, cm.cluster(CPUS), cm)
+    assert r.fits
+    validate(r.strategy, step, CPUS)
+    _assert_runs_like_original(g, fetches, init, variables, r.strategy)

@@ -11,7 +11,7 @@ from .base import (SearchError, SearchResult, StrategySearch, available_searches
                    register_search)
 from .evaluate import Score, StrategyEvaluator, penalised_cost
 from .space import baseline_strategies, decision_units, unit_splits, whole_op_graph
-from . import flexflow  # noqa: F401  (registration)
+from . import flexflow, pase  # noqa: F401  (registration)
 
 
 def search(step, cluster, cost_model, algorithm="auto", **options) -> SearchResult:

@@ -34,13 +34,9 @@ import numpy as np
 from ..strategy.strategy import OpConfig
 from .base import SearchResult, StrategySearch, positive, register_search
 from .evaluate import StrategyEvaluator
-from .space import baseline_strategies, decision_units, unit_splits
+from .space import baseline_strategies, decision_units, unit_splits, worth_deciding
 
 
-def _movable(step, unit):
-    """Whether changing the unit can change anything (it computes or moves bytes)."""
-    return any(step.ops[n].flops > 0 or step.ops[n].output_bytes > 0 or step.ops[n].param_bytes > 0
-               for n in unit)
 
 
 @register_search
@@ -100,7 +96,7 @@ class FlexFlowSearch(StrategySearch):
         if starts is None:
             base = baseline_strategies(step, cluster, cost_model, writable=self.writable)
             starts = {s: base[s] for s in self.starts if s in base}
-        units = [u for u in decision_units(step) if _movable(step, u)]
+        units = [u for u in decision_units(step) if any(worth_deciding(step.ops[n]) for n in u)]
         splits = {u: unit_splits(step, u, k, writable=self.writable) for u in units}
         n_chains = len(starts)
         per_chain = max(1, self.max_proposals // n_chains)

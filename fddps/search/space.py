@@ -45,6 +45,18 @@ def decision_units(step) -> list:
     return [tuple(u) for u in units]
 
 
+def worth_deciding(op) -> bool:
+    """Whether an op is worth a decision: it computes, holds weights, or is a large tensor's
+    splittable op (else it stays whole on the first device: constants, shapes, scalars)."""
+    if op.flops > 0 or op.param_bytes > 0:
+        return True
+    try:
+        resolve(op)
+    except NotDescribed:
+        return False
+    return op.output_bytes > 4096
+
+
 def unit_splits(step, unit, num_devices: int, max_dims: int = 2, writable: bool = False) -> list:
     """Split dicts valid for every op of ``unit`` (``{}``: whole), smallest first.
 
