@@ -230,3 +230,36 @@ def test_pase_writable_result_runs_with_the_original_loss_and_variables(cnn, cm)
     assert r.fits
     validate(r.strategy, step, CPUS)
     _assert_runs_like_original(g, fetches, init, variables, r.strategy)
+
+
+def test_place_auto_picks_the_fastest_fitting_strategy_and_it_runs_like_the_original(cnn, cm):
+    import fddps
+
+    g, fetches, init, variables, step = cnn
+    before = g.as_graph_def()
+    p = fddps.place(g, CPUS, cost_model=cm, fetches=fetches, algorithm="auto", time_budget=30,
+                    max_proposals=40, seed=0)
+    found = p.info["search_info"]
+    assert p.info["search"] == found["winner"] in found["steps"]
+    assert set(found["steps"]) >= {"one device", "data parallel", "fddps", "pase", "flexflow"}
+    fitting = [s for n, s in found["steps"].items() if found["fits"][n]]
+    assert p.makespan == pytest.approx(min(fitting), rel=1e-9)  # the placement's own prediction
+    assert p.makespan <= found["best_baseline"] * (1 + 1e-9)
+    text = p.summary()
+    assert f"{found['winner']} won" in text and "the best of one device" in text
+    want = _run_step(before, fetches, init, variables)
+    got = _run_step(p.graph_def, fetches, init, variables)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert g.as_graph_def() == before
+
+
+def test_place_with_a_search_names_bad_options(cnn, cm):
+    import fddps
+
+    g, fetches = cnn[0], cnn[1]
+    for bad in (0, -3.0, float("nan"), "fast"):
+        with pytest.raises(SearchError, match="option 'time_budget' must be a positive number"):
+            fddps.place(g, CPUS, cost_model=cm, fetches=fetches, algorithm="auto", time_budget=bad)
+    with pytest.raises(SearchError, match="strategy search 'pase' has no option 'beta'"):
+        fddps.place(g, CPUS, cost_model=cm, fetches=fetches, algorithm="pase", beta=3)

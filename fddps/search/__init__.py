@@ -2,7 +2,9 @@
 
 - :mod:`.evaluate`: strategies scored by simulation, by delta (:class:`StrategyEvaluator`);
 - :mod:`.space`: decision units, their configurations, the baseline strategies;
-- :mod:`.flexflow`: FlexFlow's Metropolis-Hastings search (``"flexflow"``).
+- :mod:`.flexflow`: FlexFlow's Metropolis-Hastings search (``"flexflow"``);
+- :mod:`.pase`: the exact vertex-elimination DP for an additive cost (``"pase"``);
+- :mod:`.auto`: the best of the baselines and both searches in a time budget (``"auto"``).
 
 :func:`get_search` builds one by name; :func:`search` runs one.
 """
@@ -11,7 +13,7 @@ from .base import (SearchError, SearchResult, StrategySearch, available_searches
                    register_search)
 from .evaluate import Score, StrategyEvaluator, penalised_cost
 from .space import baseline_strategies, decision_units, unit_splits, whole_op_graph
-from . import flexflow, pase  # noqa: F401  (registration)
+from . import auto, flexflow, pase  # noqa: F401  (registration)
 
 
 def search(step, cluster, cost_model, algorithm="auto", **options) -> SearchResult:
