@@ -278,8 +278,9 @@ class StrategyEvaluator:
                     recs.append(("E", f"{t}/stats", other, nbytes))
         return recs, rows
 
-    def _build(self, names, configs):
-        """Fragments of ``names`` under ``configs``, costed in one batch."""
+    def _build(self, names, configs, costed=True):
+        """Fragments of ``names`` under ``configs``, costed in one batch (tasks' and reduces'
+        costs ``None`` when not ``costed``: the DP's edge terms need only the edges)."""
         layouts = {}
 
         def layout(n):
@@ -296,6 +297,9 @@ class StrategyEvaluator:
             recs, rows = self._fragment(name, configs, layouts)
             built[name] = (recs, len(all_rows))
             all_rows.extend(rows)
+        if not costed:
+            return {name: [(*r[:-1], None) if r[0] in ("T", "R") else r for r in recs]
+                    for name, (recs, _) in built.items()}
         table = pd.DataFrame(all_rows, columns=["name", "op_type", "flops", "input_bytes",
                                                 "output_bytes", "param_bytes"])
         cost = (np.column_stack([np.asarray(self.cost_model.op_times(table, t), dtype=np.float64)

@@ -251,6 +251,7 @@ class PaseSearch(StrategySearch):
         base = {n: OpConfig({}, (devices[0],)) for n in step.ops}
         lat, inv_bw = cluster.latency, cluster.inv_bandwidth
         dev_index = cluster.index
+        column = {d.name: ev.types.index(d.type) for d in cluster.devices}  # cost column
 
         def seconds_by_link(edges):
             load = defaultdict(float)
@@ -267,19 +268,21 @@ class PaseSearch(StrategySearch):
                 return op, cfg_map[op].devices[int(rest.split("/")[0])]
             return task, cfg_map[task].devices[0]
 
-        def records(names, cfg_map):
+        def records(names, cfg_map, costed=True):
             """Busy seconds per device of ``names``' tasks; edges ((op, dev), (op, dev), bytes)."""
-            frags = ev._build(names, cfg_map)
+            frags = ev._build(names, cfg_map, costed)
             busy, edges = defaultdict(float), []
             for n in names:
                 for r in frags[n]:
                     if r[0] == "T":
-                        busy[r[2]] += float(r[3][0][0])
+                        if costed:
+                            busy[r[2]] += float(r[3][0][column[r[2]]])
                     elif r[0] == "E":
                         edges.append((owner(r[1], cfg_map), owner(r[2], cfg_map), r[3]))
                     else:  # a reduce request: it runs on the reader's device, inputs arrive there
-                        _, key, consumer, overlapping, (c, *_) = r
-                        busy[key[3]] += float(c[0])
+                        _, key, consumer, overlapping, costs = r
+                        if costed:
+                            busy[key[3]] += float(costs[0][column[key[3]]])
                         dst = owner(consumer, cfg_map)
                         edges.extend((owner(src, cfg_map), dst, b) for src, _, b in overlapping)
             return busy, edges
@@ -318,7 +321,7 @@ class PaseSearch(StrategySearch):
                     cfg_map = dict(base)
                     cfg_map.update(cu)
                     cfg_map.update(cv)
-                    table[a, b] = between(records(reading, cfg_map)[1], {u, v})
+                    table[a, b] = between(records(reading, cfg_map, costed=False)[1], {u, v})
             pairwise[u, v] = table
         return vertices, configs, unary, pairwise
 
