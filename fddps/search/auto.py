@@ -46,8 +46,10 @@ class AutoSearch(StrategySearch):
         self.max_proposals = positive("max_proposals", self.max_proposals, integer=True,
                                       allow_none=False)
 
-    def fit(self, step, cluster, cost_model) -> SearchResult:
-        t0 = time.perf_counter()
+    def fit(self, step, cluster, cost_model, pase=None) -> SearchResult:
+        """Search; ``pase``, a DP result already computed for this step and cluster (a
+        :class:`SearchResult`), is reused instead of run again (its seconds still count)."""
+        t0 = time.perf_counter() - (pase.seconds if pase is not None else 0.0)
         ev = StrategyEvaluator(step, cluster, cost_model)
         starts = baseline_strategies(step, cluster, cost_model, writable=self.writable)
         candidates = {}
@@ -57,13 +59,13 @@ class AutoSearch(StrategySearch):
         skipped, seconds = {}, {"baselines": time.perf_counter() - t0}
         t = time.perf_counter()
         try:
-            dp = get_search("pase", writable=self.writable, progress=self.progress).fit(
+            dp = pase or get_search("pase", writable=self.writable, progress=self.progress).fit(
                 step, cluster, cost_model)
             candidates["pase"] = (dp.strategy, dp.makespan, dp.peak, dp.fits, dp.info["cost"])
             starts["pase"] = dp.strategy
         except SearchError as why:
             skipped["pase"] = str(why)
-        seconds["pase"] = time.perf_counter() - t
+        seconds["pase"] = time.perf_counter() - t + (pase.seconds if pase is not None else 0.0)
         left = max(self.time_budget - (time.perf_counter() - t0), 0.1 * self.time_budget)
         t = time.perf_counter()
         mc = get_search("flexflow", time_budget=left, max_proposals=self.max_proposals,

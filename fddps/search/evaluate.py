@@ -133,6 +133,7 @@ class StrategyEvaluator:
         self.position = {name: i for i, name in enumerate(step.ops)}
         self.configs = {}
         self.fragments = {}
+        self._layouts = {}
         self.current = None
 
     # -- strategies ----------------------------------------------------------------------
@@ -192,7 +193,14 @@ class StrategyEvaluator:
 
     # -- fragments ---------------------------------------------------------------------
     def _layout(self, name, cfg):
-        """Per output port: (entries [(task, device, box)], itemsize, partial) as expand's."""
+        """Per output port: (entries [(task, device, box)], itemsize, partial) as expand's
+        (cached per op and configuration: the DP asks for the same ones many times)."""
+        key = (name, tuple(sorted(cfg.split.items())), cfg.devices)
+        if key not in self._layouts:
+            self._layouts[key] = self._new_layout(name, cfg)
+        return self._layouts[key]
+
+    def _new_layout(self, name, cfg):
         op, dims = self.step.ops[name], self.dims[name]
         op_parts = parts(op, cfg, dims) if dims is not None else parts(op, cfg)
         split = cfg.num_parts > 1
