@@ -24,6 +24,7 @@ Run::
     python -m experiments.strategy_search                         # six networks, 2/4/8 GPUs
     python -m experiments.strategy_search --quick                 # a smoke test (~1-2 min)
     python -m experiments.strategy_search --models resnet50 --devices 4 --budget 60
+    python -m experiments.strategy_search --delta 10 --devices 4  # delta vs full, six networks
 """
 
 from __future__ import annotations
@@ -155,6 +156,67 @@ def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifa
     return pd.DataFrame(rows)
 
 
+def delta_vs_full(models, devices, batches, proposals, seed=0, dataset="cifar10"):
+    """Seconds per proposal by delta and by full simulation, from data parallelism.
+
+    Each proposal changes one random op (or tied group) to a random
+    configuration; both simulations must give the same step (``equal``).
+    """
+    tf_quiet()
+    from costmodel import default_cost_model
+    from fddps.search import StrategyEvaluator, decision_units, unit_splits
+    from fddps.search.space import worth_deciding
+    from fddps.strategy import OpConfig, data_parallel
+    from fddps.tf.strategy_graph import step_graph
+    from slim_models.training import build_training_graph
+
+    cm = default_cost_model("p100")
+    rows = []
+    for model in models:
+        m = build_training_graph(model, batches[model], dataset=dataset)
+        step = step_graph(m.graph_def, [m.train_op.name, m.loss.op.name])
+        cluster = gpu_cluster(devices, cm)
+        names = list(cluster.names)
+        ev = StrategyEvaluator(step, cluster, cm)
+        start = ev.reset(data_parallel(step, names))
+        units = [u for u in decision_units(step) if any(worth_deciding(step.ops[n]) for n in u)]
+        rng = np.random.default_rng(seed)
+        delta, full, equal = [], [], True
+        for _ in range(proposals):
+            unit = units[int(rng.integers(len(units)))]
+            splits = unit_splits(step, unit, devices)
+            split = splits[int(rng.integers(len(splits)))]
+            n = int(np.prod(list(split.values()))) if split else 1
+            cfg = OpConfig(split, [names[j] for j in rng.permutation(devices)[:n]])
+            proposal = ev.propose({op: cfg for op in unit})
+            reference = ev.full(ev.strategy(proposal.configs))
+            equal &= proposal.makespan == reference.makespan
+            delta.append(proposal.seconds)
+            full.append(reference.seconds)
+        rows.append(dict(model=model, batch=batches[model], devices=devices, ops=len(step),
+                         proposals=proposals, start_ms=start.makespan * 1e3,
+                         delta_ms=np.mean(delta) * 1e3, full_ms=np.mean(full) * 1e3,
+                         speedup=np.mean(full) / np.mean(delta), equal=bool(equal)))
+        print(f"  {model}: delta {rows[-1]['delta_ms']:.0f} ms, full {rows[-1]['full_ms']:.0f} ms "
+              f"per proposal ({rows[-1]['speedup']:.2f}x), equal: {equal}", flush=True)
+    return pd.DataFrame(rows)
+
+
+def _plot_delta(df, png):
+    plt = matplotlib_agg()
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    x = np.arange(len(df))
+    ax.bar(x - 0.2, df["full_ms"], 0.4, label="full simulation")
+    ax.bar(x + 0.2, df["delta_ms"], 0.4, label="delta simulation")
+    ax.set_xticks(x, [f"{m}\n{s:.1f}x" for m, s in zip(df["model"], df["speedup"])], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per proposal")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS))
@@ -166,6 +228,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
                    help="smoke test: vgg16 at batch 8 on 2 GPUs, 10 s budgets, 40 proposals")
+    p.add_argument("--delta", type=int, default=0, metavar="N",
+                   help="instead: delta vs full simulation seconds over N random proposals "
+                        "per model on the largest --devices count")
     p.add_argument("--out", default=str(RESULTS / "strategy_search.csv"))
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -174,6 +239,13 @@ def main(argv=None):
     budget, proposals = args.budget, args.proposals
     if args.quick:
         models, counts, batches, budget, proposals = ["vgg16"], [2], {"vgg16": 8}, 10.0, 40
+    if args.delta:
+        df = delta_vs_full(models, max(counts), batches, args.delta, args.seed)
+        print(f"Delta vs full simulation per proposal (from data parallelism, one random op "
+              f"changed each), {max(counts)} simulated P100s. {COST_MODEL_NOTE}")
+        print(df.round(3).to_string(index=False))
+        save_csv_and_plot(df, str(args.out).replace(".csv", "_delta.csv"), _plot_delta)
+        return df
     df = run(models, counts, batches, budget, proposals, args.seed)
     print(f"Strategy searches in simulation, CIFAR-10 size. {COST_MODEL_NOTE} "
           f"MCMC and auto budgets: {budget:g} s, {proposals} proposals, seed {args.seed}.")

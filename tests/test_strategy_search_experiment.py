@@ -21,3 +21,14 @@ def test_strategy_search_benchmark_quick_mode_writes_its_table(tmp_path):
     assert flows["proposals"] > 0 and flows["delta_ms"] > 0
     shares = df[[c for c in df.columns if c.startswith("flops_")]].sum(axis=1)
     assert ((shares - 1).abs() < 1e-9).all()
+
+
+@pytest.mark.slow
+def test_delta_mode_times_both_simulations_and_they_agree(tmp_path):
+    from experiments import strategy_search
+
+    df = strategy_search.main(["--delta", "3", "--models", "vgg16", "--batch", "4", "--devices",
+                               "2", "--out", str(tmp_path / "s.csv")])
+    assert (tmp_path / "s_delta.csv").exists() and (tmp_path / "s_delta.png").exists()
+    row = df.iloc[0]
+    assert row["equal"] and row["delta_ms"] > 0 and row["full_ms"] > 0
