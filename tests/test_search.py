@@ -264,3 +264,16 @@ def test_place_with_a_search_names_bad_options(cnn, cm):
             fddps.place(g, CPUS, cost_model=cm, fetches=fetches, algorithm="auto", time_budget=bad)
     with pytest.raises(SearchError, match="strategy search 'pase' has no option 'beta'"):
         fddps.place(g, CPUS, cost_model=cm, fetches=fetches, algorithm="pase", beta=3)
+
+
+def test_auto_skips_a_dp_that_outlasts_its_share_of_the_budget(cnn, cm):
+    from fddps.search.pase import PaseSearch
+
+    step = cnn[-1]
+    with pytest.raises(SearchError, match=r"pase: out of its time_budget \(1e-09 s\) while costing "
+                                          r"vertex 1 of \d+"):
+        PaseSearch(time_budget=1e-9).fit(step, cm.cluster(GPUS[:2]), cm)
+    r = get_search("auto", time_budget=5, max_proposals=10, pase_share=1e-10).fit(
+        step, cm.cluster(GPUS[:2]), cm)
+    assert "out of its time_budget" in r.info["skipped"]["pase"] and "pase" not in r.info["steps"]
+    assert r.makespan <= r.info["best_baseline"] and r.fits

@@ -2,7 +2,8 @@
 
 In order: the baselines (one device, data parallelism, FD-DPS's whole-op
 placement), each fully simulated; the vertex-elimination DP (``"pase"``; a
-step too wide for its table bound is skipped, and the reason kept); then
+step too wide for its table bound, or whose costing outlasts ``pase_share`` of
+the budget, is skipped, and the reason kept); then
 FlexFlow's MCMC for the rest of the budget, its chains starting from the
 baselines and the DP's strategy. The answer is the candidate with the
 shortest simulated step among those that fit in memory (the least penalised
@@ -35,16 +36,21 @@ class AutoSearch(StrategySearch):
     writable : bool
         Only configurations the GraphDef rewrite writes (:func:`fddps.tf.place` sets it).
     progress : bool
+    pase_share : float
+        The share of ``time_budget`` the DP's costing may take before it is
+        skipped (default 0.6).
     """
 
     name = "auto"
-    options = dict(time_budget=60.0, max_proposals=2000, seed=0, writable=False, progress=False)
+    options = dict(time_budget=60.0, max_proposals=2000, seed=0, writable=False, progress=False,
+                   pase_share=0.6)
 
     def __init__(self, **options):
         super().__init__(**options)
         self.time_budget = positive("time_budget", self.time_budget, allow_none=False)
         self.max_proposals = positive("max_proposals", self.max_proposals, integer=True,
                                       allow_none=False)
+        self.pase_share = positive("pase_share", self.pase_share, allow_none=False)
 
     def fit(self, step, cluster, cost_model, pase=None) -> SearchResult:
         """Search; ``pase``, a DP result already computed for this step and cluster (a
@@ -59,7 +65,8 @@ class AutoSearch(StrategySearch):
         skipped, seconds = {}, {"baselines": time.perf_counter() - t0}
         t = time.perf_counter()
         try:
-            dp = pase or get_search("pase", writable=self.writable, progress=self.progress).fit(
+            dp = pase or get_search("pase", writable=self.writable, progress=self.progress,
+                                    time_budget=self.pase_share * self.time_budget).fit(
                 step, cluster, cost_model)
             candidates["pase"] = (dp.strategy, dp.makespan, dp.peak, dp.fits, dp.info["cost"])
             starts["pase"] = dp.strategy

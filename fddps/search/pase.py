@@ -230,14 +230,23 @@ class PaseSearch(StrategySearch):
         Only configurations the GraphDef rewrite writes.
     progress : bool
         A progress bar over the vertices while costing them.
+    time_budget : float, optional
+        Seconds the costing may take; past them a :class:`SearchError` says
+        how far it got (``auto`` then goes on without the DP).
     """
 
     name = "pase"
-    options = dict(max_table=10**7, writable=False, progress=False)
+    options = dict(max_table=10**7, writable=False, progress=False, time_budget=None)
 
     def __init__(self, **options):
         super().__init__(**options)
         self.max_table = positive("max_table", self.max_table, integer=True, allow_none=False)
+        self.time_budget = positive("time_budget", self.time_budget)
+
+    def _check_time(self, t0, what):
+        if self.time_budget is not None and time.perf_counter() - t0 > self.time_budget:
+            raise SearchError(f"pase: out of its time_budget ({self.time_budget:g} s) while "
+                              f"costing {what}")
 
     def costs(self, step, cluster, cost_model):
         """``(vertices, configs, unary, pairwise)`` of the additive cost (module notes)."""
@@ -291,6 +300,7 @@ class PaseSearch(StrategySearch):
             return seconds_by_link([((a[1], b[1]), nbytes) for a, b, nbytes in edges
                                     if {vertex_of.get(a[0]), vertex_of.get(b[0])} == ends])
 
+        t0 = time.perf_counter()
         unary = []
         bar = tqdm(total=len(vertices), desc="pase costs", disable=not self.progress)
         for i, vtx in enumerate(vertices):
@@ -302,6 +312,7 @@ class PaseSearch(StrategySearch):
                 row.append(max(busy.values(), default=0.0) + between(edges, {i}))
             unary.append(np.array(row))
             bar.update(1)
+            self._check_time(t0, f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
         bar.close()
         # Edges between vertices: the readers' fragments under both configurations.
         readers = defaultdict(set)
@@ -313,7 +324,8 @@ class PaseSearch(StrategySearch):
                     readers[tuple(sorted((u, v)))].add(n)
         position = {n: i for i, n in enumerate(step.ops)}
         pairwise = {}
-        for (u, v), reading in readers.items():
+        for e, ((u, v), reading) in enumerate(readers.items()):
+            self._check_time(t0, f"edge {e + 1} of {len(readers)} between vertices")
             table = np.zeros((len(configs[u]), len(configs[v])))
             reading = sorted(reading, key=position.get)
             for a, (_, cu) in enumerate(configs[u]):
