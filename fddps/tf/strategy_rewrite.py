@@ -38,13 +38,12 @@ they are. The user's GraphDef is never modified.
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 
 from ..strategy.ops import NotDescribed, resolve
 from ..strategy.strategy import StrategyError, parts, validate
-from .graphdef import _parse_input, _tf, analyse
+from .graphdef import _tf, analyse
 from .split_rewrite import _const
 from .strategy_graph import step_graph
 
