@@ -65,6 +65,7 @@ def _random_config(rng, step, unit, devices):
     return OpConfig(split, [devices[j] for j in rng.permutation(len(devices))[:n]])
 
 
+@pytest.mark.slow
 def test_delta_simulation_equals_full_simulation_on_random_proposals(cnn, cm):
     from fddps.strategy import data_parallel
 
@@ -113,6 +114,7 @@ def _assert_runs_like_original(g, fetches, init, variables, strategy):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_flexflow_is_reproducible_fits_and_never_worse_than_its_starts(cnn, cm):
     step = cnn[-1]
     cluster = cm.cluster(GPUS)
@@ -128,6 +130,7 @@ def test_flexflow_is_reproducible_fits_and_never_worse_than_its_starts(cnn, cm):
     assert ev.full(a.strategy).makespan == pytest.approx(a.makespan, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_flexflow_writable_result_runs_with_the_original_loss_and_variables(cm):
     g, fetches, init, variables = small_cnn(batch=64, width=64)
     step = step_graph(g.as_graph_def(), fetches)
