@@ -50,7 +50,7 @@ from ..graph import OpGraph
 from ..simulate import simulate
 from ..strategy.expand import _box_bytes, _intersect, _tensor_box, expand, part_task
 from ..strategy.ops import NotDescribed, resolve
-from ..strategy.strategy import OpConfig, Strategy, parts, validate
+from ..strategy.strategy import Strategy, parts, validate
 
 #: Default weight of memory over capacity: the cost is multiplied by
 #: ``1 + MEMORY_PENALTY * overflow``, overflow being the excess bytes over the
@@ -361,4 +361,4 @@ class StrategyEvaluator:
         return simulate(graph, self.cluster, device)
 
 
-__all__ = ["MEMORY_PENALTY", "Score", "StrategyEvaluator", "penalised_cost", "OpConfig"]
+__all__ = ["MEMORY_PENALTY", "Score", "StrategyEvaluator", "penalised_cost"]

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..strategy.strategy import OpConfig
 from .base import SearchResult, StrategySearch, positive, register_search
-from .evaluate import StrategyEvaluator
+from .evaluate import MEMORY_PENALTY, StrategyEvaluator
 from .space import baseline_strategies, decision_units, unit_splits, worth_deciding
 
 
@@ -73,7 +73,7 @@ class FlexFlowSearch(StrategySearch):
 
     name = "flexflow"
     options = dict(max_proposals=1000, time_budget=None, beta=50.0, patience=100, seed=0,
-                   starts=("one device", "data parallel", "fddps"), memory_penalty=10.0,
+                   starts=("one device", "data parallel", "fddps"), memory_penalty=MEMORY_PENALTY,
                    progress=False, measure_full_every=25, writable=False)
 
     def __init__(self, **options):

@@ -17,7 +17,10 @@ device. Each vertex takes one of a bounded set of configurations
 (:func:`vertex_configs`): whole on each device; its ops split by sample over
 the first ``p`` devices (data parallelism); or its convolutions and MatMuls
 split by parameter and the rest by sample (``p`` a power of two up to the
-number of devices; as the paper, products of powers of two up to ``p``).
+number of devices). The paper bounds an op's configurations to split factors
+whose product is at most the number of devices; here each op of a vertex
+splits one dimension, so a vertex has ``k + 2 log2 k`` configurations on
+``k`` devices (8 on 4, 14 on 8).
 
 The costs come from the same cost model and expansion the simulator uses
 (:class:`~fddps.search.evaluate.StrategyEvaluator`'s fragments): ``t_V`` is the
@@ -39,8 +42,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..strategy.ops import NotDescribed, resolve
-from ..strategy.strategy import (PARAMETER_DIMS, OpConfig, data_parallel, parameter_split,
-                                 sample_dim)
+from ..strategy.strategy import PARAMETER_DIMS, OpConfig, sample_dim
 from .base import SearchError, SearchResult, StrategySearch, positive, register_search
 from .evaluate import StrategyEvaluator
 from .space import decision_units, unit_splits, worth_deciding, writable_strategy
@@ -108,9 +110,10 @@ def vertex_configs(step, vertex, devices, writable=False) -> list:
 
     Whole on each device; for each power of two ``p`` up to ``len(devices)``,
     by sample over ``devices[:p]`` and by parameter (convolutions, MatMuls;
-    the rest by sample). Tied ops (variables, their reads and updates) stay
-    whole on their home device as in data parallelism. Choices that split no
-    op of the vertex, and duplicates, are left out.
+    the rest by sample). In the split choices, tied ops (variables, their
+    reads and updates) and ops that cannot split that way stay whole on the
+    first device. Choices that split no op of the vertex, and duplicates, are
+    left out.
     """
     k = len(devices)
     out = [(f"whole@{d}", {n: OpConfig({}, (d,)) for n in vertex}) for d in devices]
