@@ -466,7 +466,12 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     cost_model : CostModel, optional
         Default ``costmodel.default_cost_model()`` (analytic roofline presets).
     algorithm : str
-        A name from :func:`fddps.available_algorithms` (default ``"fddps"``).
+        A name from :func:`fddps.available_algorithms` (default ``"fddps"``), or a
+        strategy search from :func:`fddps.search.available_searches`: ``"auto"``
+        (the fastest predicted of one device, data parallelism, whole-op
+        placement, the DP and FlexFlow's MCMC that fits, within ``time_budget``
+        seconds), ``"flexflow"`` or ``"pase"``; ``options`` then go to the search
+        (:mod:`fddps.search`) and ``override``/``enforce_order`` are not used.
     memory : float or mapping, optional
         Device capacity in bytes, for all devices or by device string or type;
         see :mod:`fddps.tf.devices` for the defaults.
@@ -535,6 +540,7 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         For an unknown ``algorithm``.
     """
     from ..algorithms import get_algorithm
+    from ..search import available_searches
 
     if callable(graph_def):  # a Keras model or a tf.function step: fddps.tf.functions
         from .functions import place_step
@@ -547,6 +553,12 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         return place_step(graph_def, devices, cost_model=cost_model, algorithm=algorithm,
                           memory=memory, override=override, fetches=fetches,
                           enforce_order=enforce_order, unknown_dim=unknown_dim, **options)
+    if strategy is None and algorithm in available_searches():
+        from .search_place import place_searched
+
+        return place_searched(graph_def, devices, algorithm,
+                              _default_cost_model() if cost_model is None else cost_model,
+                              memory, fetches=fetches, unknown_dim=unknown_dim, **options)
     if strategy is not None:
         from .strategy_rewrite import place_strategy
 
@@ -760,9 +772,14 @@ class Placement:
                          f"{mem[k] / 1e6:>10.4g} {d.memory / 1e6:>12.4g}")
         lines.append(f"transfers: {int(cross.sum())} edges, {g.bytes[cross].sum() / 1e6:.4g} MB "
                      "between devices")
-        lines.append(f"colocation groups {info['colocation_groups']} (largest {info['largest_group']} "
-                     f"ops), pinned ops {info['pinned']}, loop frames {len(info['loop_frames'])}, "
-                     f"ops with unknown shapes {info['shapes_unknown']}")
+        if "colocation_groups" in info:  # a placement's; a strategy's has no such facts
+            lines.append(f"colocation groups {info['colocation_groups']} (largest {info['largest_group']} "
+                         f"ops), pinned ops {info['pinned']}, loop frames {len(info['loop_frames'])}, "
+                         f"ops with unknown shapes {info['shapes_unknown']}")
+        if "search_info" in info:
+            from ..search.auto import describe_search
+
+            lines.append(describe_search(info))
         if info.get("kernels_unchecked"):
             lines.append(f"kernels not checked for {info['kernels_unchecked']} (this TensorFlow "
                          "build does not register them)")
@@ -776,8 +793,8 @@ class Placement:
                          f"{s.info.get('unsplit_makespan', float('nan')) * scale:.4g} {unit}")
         if info.get("order_edges_added"):
             lines.append(f"order control edges added: {info['order_edges_added']}")
-        lines.append(f"place() took {info['place_seconds']:.3g} s "
-                     f"(reading {info['read_seconds']:.3g} s)")
+        lines.append(f"place() took {info['place_seconds']:.3g} s"
+                     + (f" (reading {info['read_seconds']:.3g} s)" if "read_seconds" in info else ""))
         return "\n".join(lines)
 
     def __repr__(self):

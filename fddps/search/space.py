@@ -1,0 +1,159 @@
+"""The strategy space the searches walk: decision units, their configurations, the starts.
+
+- :func:`decision_units`: ops that must share one configuration (the tied ops of a
+  colocation group: a variable, its reads, slots and update), and every other op alone;
+- :func:`unit_splits`: the split factors a unit may take (every dimension its ops
+  share, at most two split at once, factors up to the number of devices);
+- :func:`whole_op_graph`: the step as an :class:`~fddps.graph.OpGraph` of whole ops,
+  for the whole-op schedulers (FD-DPS's start of a search);
+- :func:`baseline_strategies`: one device, data parallelism and FD-DPS's whole-op
+  placement: what every search starts from and must beat.
+
+Example
+-------
+>>> from fddps.strategy.graph import OpInfo, StepGraph
+>>> g = StepGraph([OpInfo("y", "Relu", input_shapes=((4, 8),), output_shapes=((4, 8),))])
+>>> decision_units(g), unit_splits(g, ["y"], 2)
+([('y',)], [{}, {'n': 2}, {'c': 2}])
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from ..graph import OpGraph
+from ..strategy.graph import tensor_bytes
+from ..strategy.ops import SAMPLE, NotDescribed, resolve
+from ..strategy.strategy import OpConfig, Strategy, data_parallel, whole_placement
+
+
+def decision_units(step) -> list:
+    """Tuples of op names configured together, in step order (tied groups at their first op)."""
+    groups, units = {}, []
+    for name, op in step.ops.items():
+        if op.tied and op.group is not None:
+            if op.group not in groups:
+                groups[op.group] = [name]
+                units.append(groups[op.group])
+            else:
+                groups[op.group].append(name)
+        else:
+            units.append([name])
+    return [tuple(u) for u in units]
+
+
+def worth_deciding(op) -> bool:
+    """Whether an op is worth a decision: it computes, holds weights, or is a large tensor's
+    splittable op (else it stays whole on the first device: constants, shapes, scalars)."""
+    if op.flops > 0 or op.param_bytes > 0:
+        return True
+    try:
+        resolve(op)
+    except NotDescribed:
+        return False
+    return op.output_bytes > 4096
+
+
+def unit_splits(step, unit, num_devices: int, max_dims: int = 2, writable: bool = False) -> list:
+    """Split dicts valid for every op of ``unit`` (``{}``: whole), smallest first.
+
+    A dimension qualifies when every op of the unit has it with the same
+    extent; factors run over 2..``num_devices`` with their product at most
+    ``num_devices`` and each at most the extent. Ops without a description
+    leave only ``{}``. ``writable``: only splits
+    :func:`fddps.tf.strategy_rewrite.rewrite_strategy` writes (variables, their
+    reads and updates whole; batch norm split by sample, not by height or width).
+    """
+    extents = None
+    for name in unit:
+        op = step.ops[name]
+        if writable and op.tied:
+            return [{}]
+        try:
+            dims = resolve(op)
+        except NotDescribed:
+            return [{}]
+        ext = {d: e for d, e in dims.extent.items()
+               if not (writable and d in dims.stats and d != SAMPLE)}
+        extents = ext if extents is None else {d: e for d, e in extents.items() if ext.get(d) == e}
+    out = [{}]
+    letters = sorted(extents or {}, key=lambda d: (d != "n", d))
+    for r in range(1, max_dims + 1):
+        for combo in itertools.combinations(letters, r):
+            ranges = [range(2, min(num_devices, extents[d]) + 1) for d in combo]
+            for factors in itertools.product(*ranges):
+                if int(np.prod(factors)) <= num_devices:
+                    out.append(dict(zip(combo, factors)))
+    return out
+
+
+def writable_strategy(step, strategy):
+    """``strategy`` with every configuration the GraphDef rewrite does not write made whole
+    (on the configuration's first device); see :func:`unit_splits`."""
+    configs = {}
+    for name in step.ops:
+        cfg = strategy.config(name)
+        if cfg.num_parts > 1:
+            op = step.ops[name]
+            bad = op.tied or any(cfg.split.get(d, 1) > 1 for d in resolve(op).stats if d != SAMPLE)
+            if bad:
+                cfg = OpConfig({}, cfg.devices[:1])
+        configs[name] = cfg
+    return Strategy(configs, strategy.default_device, name=strategy.name)
+
+
+def whole_op_graph(step, cluster, cost_model) -> OpGraph:
+    """The step's ops whole, as an :class:`OpGraph` a whole-op scheduler places.
+
+    Edges carry each input tensor's bytes (from its shape), control edges
+    none; tied ops share their colocation group; costs and memory are the cost
+    model's for the ops' own rows.
+    """
+    ops = list(step.ops.values())
+    table = pd.DataFrame([dict(name=op.name, op_type=op.op_type, flops=op.flops,
+                               input_bytes=op.input_bytes, output_bytes=op.output_bytes,
+                               param_bytes=op.param_bytes) for op in ops])
+    types = list(dict.fromkeys(d.type for d in cluster.devices))
+    cost = np.column_stack([np.asarray(cost_model.op_times(table, t), dtype=np.float64)
+                            for t in types])
+    persistent, transient = cost_model.memory(table)
+    edges = []
+    for op in ops:
+        for k, (src, port) in enumerate(op.inputs):
+            producer = step.ops[src]
+            shape = producer.output_shapes[port] if port < len(producer.output_shapes) else None
+            item = producer.output_itemsizes[port] if port < len(producer.output_itemsizes) else 0
+            edges.append((src, op.name, tensor_bytes(shape, item) if shape else 0.0))
+        edges.extend((c, op.name, 0.0) for c in op.control_inputs)
+    return OpGraph([op.name for op in ops], cost, edges, memory=persistent, transient=transient,
+                   device_types=types, op_types=[op.op_type for op in ops],
+                   colocation=[op.group if op.tied else None for op in ops])
+
+
+def baseline_strategies(step, cluster, cost_model, fddps_options=None, writable=False) -> dict:
+    """``{"one device", "data parallel", "fddps"}`` -> Strategy (FD-DPS's whole-op placement).
+
+    FD-DPS's entry is missing when it cannot place the step (an
+    :class:`~fddps.errors.InfeasibleError`: the step does not fit).
+    ``writable``: data parallelism as :func:`writable_strategy`.
+    """
+    from ..algorithms import get_algorithm
+    from ..errors import InfeasibleError
+
+    devices = list(cluster.names)
+    out = {"one device": whole_placement({}, devices[0])}
+    out["one device"].name = "one device"
+    out["data parallel"] = data_parallel(step, devices)
+    if writable:
+        out["data parallel"] = writable_strategy(step, out["data parallel"])
+    try:
+        s = get_algorithm("fddps", **(fddps_options or {})).schedule(
+            whole_op_graph(step, cluster, cost_model), cluster)
+        out["fddps"] = whole_placement(s.placement, devices[0])
+        out["fddps"].name = "fddps (whole ops)"
+    except InfeasibleError:
+        pass
+    return out
