@@ -254,6 +254,7 @@ def test_place_accepts_a_strategy_and_data_parallel_is_one():
     p = fddps.place(g, CPUS, cost_model=default_cost_model(), fetches=fetches, strategy=strategy)
     assert p.makespan > 0 and (p.peak_memory > 0).sum() == 4
     assert p.info["ops_split"] > 0
+    assert "predicted step time" in p.summary() and "Placement(" in repr(p)
     results = []
     for gd in (g.as_graph_def(), p.graph_def):
         with tf.Graph().as_default() as graph:

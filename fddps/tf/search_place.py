@@ -39,7 +39,6 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
     placement = place_strategy(analysis, list(cluster.names), result.strategy, cost_model, memory,
                                fetches=fetches, unknown_dim=unknown_dim)
     placement.info.update(algorithm=algorithm, search=result.search, search_info=result.info,
-                          ops=len(step), nodes=len(analysis.graph_def.node),
                           search_seconds=result.seconds,
                           place_seconds=time.perf_counter() - t0)
     return placement

@@ -496,6 +496,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     out = rewrite_strategy(analysis, strategy, fetches or [n.name for n in analysis.graph_def.node],
                            list(cluster.names))
     info = {"analysis": analysis, "strategy": strategy.name, "tasks": g.num_ops,
+            "ops": len(step), "nodes": len(analysis.graph_def.node),
             "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
             "executor_makespan": schedule.makespan, "algorithm": "strategy",
             "place_seconds": time.perf_counter() - t0}
