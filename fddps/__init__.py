@@ -64,7 +64,15 @@ def place(graph_def, devices, **kwargs):
     return _place(graph_def, devices, **kwargs)
 
 
-__all__ = ["OpGraph", "Cluster", "Device", "Schedule", "Timeline", "schedule", "simulate",
+def data_parallel(graph_def, devices, fetches=None):
+    """The data-parallel strategy of a TensorFlow graph, for ``place(..., strategy=...)``;
+    see :func:`fddps.tf.strategy_rewrite.data_parallel`."""
+    from .tf.strategy_rewrite import data_parallel as _data_parallel
+
+    return _data_parallel(graph_def, devices, fetches)
+
+
+__all__ = ["data_parallel", "OpGraph", "Cluster", "Device", "Schedule", "Timeline", "schedule", "simulate",
            "lower_bound", "read_stg", "place", "available_algorithms", "get_algorithm",
            "FddpsError", "GraphError", "ClusterError", "InfeasibleError", "InvalidScheduleError",
            "UnknownAlgorithmError"]

@@ -403,7 +403,8 @@ def _assign_off_step(analysis, keep, step_device, cluster, override):
 
 
 def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
-          override=False, fetches=None, enforce_order=False, unknown_dim=1, **options):
+          override=False, fetches=None, enforce_order=False, unknown_dim=1, strategy=None,
+          **options):
     """Place and order a TensorFlow graph on devices so one step finishes soonest.
 
     Parameters
@@ -442,6 +443,11 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         subset of ``fetches`` also runs the ops scheduled before them. Default False.
     unknown_dim : int
         Size assumed for dimensions TensorFlow cannot infer (see :func:`op_table`).
+    strategy : fddps.strategy.Strategy, optional
+        Run this parallelization strategy instead of searching a placement
+        (:func:`fddps.tf.strategy_rewrite.place_strategy`; e.g.
+        ``fddps.data_parallel(graph_def, devices, fetches)``); ``algorithm``,
+        ``override``, ``enforce_order`` and ``options`` are then not used.
     **options
         Passed to the algorithm (e.g. ``insertion=False`` for FD-DPS). FD-DPS
         and FastT split ops where the cost model says it pays (intra-op
@@ -467,6 +473,12 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
     """
     from ..algorithms import get_algorithm
 
+    if strategy is not None:
+        from .strategy_rewrite import place_strategy
+
+        return place_strategy(graph_def, devices, strategy,
+                              _default_cost_model() if cost_model is None else cost_model,
+                              memory, fetches=fetches, unknown_dim=unknown_dim)
     t0 = time.perf_counter()
     if enforce_order and fetches is None:
         raise FddpsError("enforce_order=True needs fetches=[...] (the ops a training step runs): "

@@ -1,0 +1,120 @@
+"""Parallelization strategies in simulation: one device, FD-DPS's placement, data
+parallelism, a parameter (channel) split of every convolution, and a mixed
+strategy, on 2, 4 and 8 simulated P100s (issue 12's second benchmark).
+
+Every strategy is a :class:`fddps.strategy.Strategy`, expanded into its task
+graph (:func:`fddps.strategy.expand`: parts costed at their own shapes, only the
+bytes a part needs moved, partial sums reduced per link, batch-norm statistics
+exchanged) and replayed by the simulator with a first-in-first-out executor per
+device. FD-DPS's row is its own schedule of the whole-op graph (with its splits).
+The mixed strategy splits each convolution or MatMul by parameter when its
+weights outweigh its activations, else by sample (FlexFlow's finding).
+Step times are ratios to one device in the same run; peak memory is the
+simulator's highest bytes held at once on the fullest device.
+
+Run::
+
+    python -m experiments.strategies                       # six networks, batch 32
+    python -m experiments.strategies --models vgg16 --devices 2 --batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+
+from experiments.common import (COST_MODEL_NOTE, RESULTS, MODELS, device_names, gpu_cluster,
+                                load_model, matplotlib_agg, save_csv_and_plot, schedule_peak)
+
+STRATEGIES = ("data_parallel", "parameter_split", "mixed")
+
+
+def _plot(df, png):
+    plt = matplotlib_agg()
+    models = list(dict.fromkeys(df["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3.2), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        sub = df[df["model"] == model]
+        for strategy, rows in sub.groupby("strategy", sort=False):
+            if strategy == "one device":
+                continue
+            ax.plot(rows["devices"], rows["speedup"], marker="o", label=strategy)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("P100s (simulated)")
+        ax.set_xticks(sorted(set(sub["devices"])))
+    axes[0][0].set_ylabel("speed-up over one device")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def run(models, batch, device_counts, algorithms=("fddps",), dataset="cifar10"):
+    """One row per (model, devices, strategy): predicted step, speed-up, peak memory, bytes moved."""
+    from costmodel import default_cost_model
+    from fddps import schedule
+    from fddps.strategy import data_parallel, expand, mixed, parameter_split, whole_placement
+    from fddps.tf.strategy_graph import step_graph
+
+    cm = default_cost_model("p100")
+    makers = {"data_parallel": data_parallel, "parameter_split": parameter_split, "mixed": mixed}
+    rows = []
+    for model in models:
+        t0 = time.perf_counter()
+        mg = load_model(model, batch, cm, dataset=dataset, keep_graph_def=True,
+                        devices=device_names(max(device_counts)))
+        step = step_graph(mg.graph_def, list(mg.fetches))
+        one = gpu_cluster(1, cm)
+        single = expand(step, whole_placement({}, one.names[0]), one, cm).simulate(one)
+        base = dict(model=model, batch=batch)
+        rows.append(dict(base, devices=1, strategy="one device", step_ms=single.makespan * 1e3,
+                         speedup=1.0, peak_mb=float(single.peak_memory.max()) / 1e6,
+                         moved_mb=0.0, ops_split=0, tasks=len(step)))
+        for k in device_counts:
+            cluster = gpu_cluster(k, cm)
+            for algorithm in algorithms:
+                s = schedule(mg.graph, cluster, algorithm)
+                rows.append(dict(base, devices=k, strategy=algorithm, step_ms=s.makespan * 1e3,
+                                 speedup=single.makespan / s.makespan,
+                                 peak_mb=float(schedule_peak(s).max()) / 1e6, moved_mb=np.nan,
+                                 ops_split=len(s.info.get("splits", [])), tasks=s.graph.num_ops))
+            for name in STRATEGIES:
+                ex = expand(step, makers[name](step, list(cluster.names)), cluster, cm)
+                tl = ex.simulate(cluster)
+                rows.append(dict(base, devices=k, strategy=name, step_ms=tl.makespan * 1e3,
+                                 speedup=single.makespan / tl.makespan,
+                                 peak_mb=float(tl.peak_memory.max()) / 1e6,
+                                 moved_mb=float(tl.transfers["bytes"].sum()) / 1e6,
+                                 ops_split=sum(len(t) > 1 for t in ex.tasks.values()),
+                                 tasks=ex.graph.num_ops))
+        print(f"{model}: {len(step)} step ops, {time.perf_counter() - t0:.0f} s", flush=True)
+    return pd.DataFrame(rows)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--devices", default="2,4,8")
+    p.add_argument("--algorithms", default="fddps",
+                   help="comma-separated fddps algorithms to compare ('' for none)")
+    p.add_argument("--out", default=str(RESULTS / "strategies.csv"))
+    args = p.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    counts = [int(k) for k in args.devices.split(",")]
+    algorithms = [a for a in args.algorithms.split(",") if a]
+    df = run(models, args.batch, counts, algorithms)
+    print(f"Strategies in simulation, CIFAR-10 size, batch {args.batch}. {COST_MODEL_NOTE}")
+    show = df.assign(step_ms=df.step_ms.round(2), speedup=df.speedup.round(2),
+                     peak_mb=df.peak_mb.round(0), moved_mb=df.moved_mb.round(0))
+    print(show.to_string(index=False))
+    save_csv_and_plot(df, args.out, _plot)
+    return df
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""A parallelization strategy: per op, a split factor per dimension and a device per part.
+
+:class:`OpConfig` is one op's configuration (the optimal-strategy paper's
+Section 1: a split factor for each dimension of the op's iteration domain,
+their product at most the number of devices, and a device for each part);
+:class:`Strategy` holds one per op, with a default (whole, on one device) for
+the ops it does not name. Whole-op placement, data parallelism and channel
+(parameter) splits are all strategies:
+
+- :func:`whole_placement`: every op whole on the device a placement gives it;
+- :func:`data_parallel`: every op with a sample dimension split by sample over
+  the devices; variables, their reads and updates whole, spread over the
+  devices by size (parameter servers); weight gradients then reach their
+  variable's device as partial sums (a reduce per link);
+- :func:`parameter_split`: chosen op types split along their parameter
+  (output-channel) dimension.
+
+:func:`parts` enumerates a configured op's parts and the box of its iteration
+domain each one computes; :func:`validate` checks a strategy against a step.
+
+Example
+-------
+>>> from fddps.strategy.graph import OpInfo, StepGraph
+>>> g = StepGraph([OpInfo("x", "Const", output_shapes=((4, 8),), output_itemsizes=(4,)),
+...                OpInfo("y", "Relu", inputs=(("x", 0),), input_shapes=((4, 8),),
+...                       output_shapes=((4, 8),), input_itemsizes=(4,), output_itemsizes=(4,))])
+>>> s = Strategy({"y": OpConfig({"n": 2}, ("/cpu:0", "/cpu:1"))}, default_device="/cpu:0")
+>>> [p.box for p in parts(g.ops["y"], s.config("y"))]
+[{'n': (0, 2), 'c': (0, 8)}, {'n': (2, 4), 'c': (0, 8)}]
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import FddpsError
+from .ops import SAMPLE, NotDescribed, resolve
+
+
+class StrategyError(FddpsError, ValueError):
+    """A strategy that does not fit the step or the cluster (the op and dimension are named)."""
+
+
+@dataclass(frozen=True)
+class OpConfig:
+    """One op's configuration.
+
+    Attributes
+    ----------
+    split : mapping of str -> int
+        Split factor per dimension letter (missing: 1).
+    devices : tuple of str
+        One device per part, parts enumerated over the dimensions in the
+        op's order (:attr:`fddps.strategy.ops.OpDims.dims`), the last fastest.
+    """
+
+    split: Mapping = field(default_factory=dict)
+    devices: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "split", {k: int(v) for k, v in dict(self.split).items() if v != 1})
+        object.__setattr__(self, "devices", tuple(self.devices))
+
+    @property
+    def num_parts(self) -> int:
+        return int(np.prod(list(self.split.values()), dtype=np.int64)) if self.split else 1
+
+
+class Strategy:
+    """A configuration per op; ops not named run whole on ``default_device``.
+
+    Parameters
+    ----------
+    configs : mapping of op name -> OpConfig
+    default_device : str
+    name : str
+        A label for reports (``"data parallel"``).
+    """
+
+    def __init__(self, configs: Mapping, default_device: str, name: str = ""):
+        self.configs = dict(configs)
+        self.default_device = default_device
+        self.name = name
+
+    def config(self, op: str) -> OpConfig:
+        return self.configs.get(op) or OpConfig({}, (self.default_device,))
+
+    def __repr__(self):
+        split = sum(c.num_parts > 1 for c in self.configs.values())
+        return f"Strategy({self.name or 'unnamed'}: {split} ops split, {len(self.configs)} configured)"
+
+    def devices(self) -> list:
+        """Every device the strategy uses, in first-use order."""
+        out = [self.default_device]
+        for c in self.configs.values():
+            out.extend(d for d in c.devices if d not in out)
+        return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a configured op: its index, device and box (dim -> (start, stop))."""
+
+    index: int
+    device: str
+    box: dict
+
+
+def _bounds(extent: int, factor: int):
+    edges = np.cumsum([0] + [len(a) for a in np.array_split(np.arange(extent), factor)])
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def parts(op, config: OpConfig, dims=None) -> list:
+    """The parts of ``op`` under ``config`` (uneven parts as ``numpy.array_split``).
+
+    A whole op (no split) has one part whose box is its whole domain (empty
+    when the op has no description).
+    """
+    if dims is None:
+        try:
+            dims = resolve(op)
+        except NotDescribed:
+            if config.num_parts > 1:
+                raise
+            return [Part(0, config.devices[0], {})]
+    ranges = [_bounds(dims.extent[d], config.split.get(d, 1)) for d in dims.dims]
+    return [Part(j, config.devices[j], dict(zip(dims.dims, combo)))
+            for j, combo in enumerate(itertools.product(*ranges))]
+
+
+def validate(strategy: Strategy, step, devices: Sequence[str]) -> None:
+    """Check ``strategy`` against the step's ops and the cluster's ``devices``.
+
+    Raises
+    ------
+    StrategyError
+        Naming the op and what is wrong: an op not in the step; a split of an
+        op that is kept whole (and why); a dimension the op does not have; a
+        factor below 1, above the dimension's extent, or above the number of
+        devices; a product of factors above the number of devices; a number of
+        devices other than the number of parts; a device outside the cluster;
+        ops bound to one colocation group configured differently.
+    """
+    cluster = list(devices)
+    known = set(cluster)
+    if strategy.default_device not in known:
+        raise StrategyError(f"the default device {strategy.default_device!r} is not in the "
+                            f"cluster {cluster}")
+    for name, cfg in strategy.configs.items():
+        if name not in step.ops:
+            raise StrategyError(f"the strategy configures op {name!r}, which is not in the step")
+        op = step.ops[name]
+        for d in cfg.devices:
+            if d not in known:
+                raise StrategyError(f"op {name!r} has a part on device {d!r}, which is not in "
+                                    f"the cluster {cluster}")
+        if cfg.num_parts > 1 or cfg.split:
+            try:
+                dims = resolve(op)
+            except NotDescribed as why:
+                raise StrategyError(f"op {name!r} ({op.op_type}) cannot be split: {why}") from None
+            for d, f in cfg.split.items():
+                if d not in dims.extent:
+                    raise StrategyError(f"op {name!r} ({op.op_type}) has no dimension {d!r}; its "
+                                        f"dimensions are {', '.join(dims.dims) or 'none'}")
+                if f < 1:
+                    raise StrategyError(f"op {name!r}: split factor {f} of dimension {d!r} "
+                                        "must be at least 1")
+                if f > dims.extent[d]:
+                    raise StrategyError(f"op {name!r}: split factor {f} of dimension {d!r} is "
+                                        f"larger than the dimension ({dims.extent[d]})")
+                if f > len(cluster):
+                    raise StrategyError(f"op {name!r}: split factor {f} of dimension {d!r} is "
+                                        f"larger than the number of devices ({len(cluster)})")
+        if cfg.num_parts > len(cluster):
+            raise StrategyError(f"op {name!r} has {cfg.num_parts} parts, more than the "
+                                f"{len(cluster)} devices")
+        if len(cfg.devices) != cfg.num_parts:
+            raise StrategyError(f"op {name!r} has {cfg.num_parts} parts but {len(cfg.devices)} "
+                                "devices (one per part)")
+    bound = {}
+    for name, op in step.ops.items():
+        if op.tied and op.group is not None:
+            cfg = strategy.config(name)
+            first = bound.setdefault(op.group, (name, cfg))
+            if (first[1].split, first[1].devices) != (cfg.split, cfg.devices):
+                raise StrategyError(f"ops {first[0]!r} and {name!r} share colocation group "
+                                    f"{op.group!r} but are configured differently")
+
+
+# -- strategies in this one form ------------------------------------------------------
+def whole_placement(placement: Mapping, default_device: str) -> Strategy:
+    """Whole-op placement as a strategy: op name -> device, every op whole."""
+    return Strategy({op: OpConfig({}, (dev,)) for op, dev in placement.items()},
+                    default_device, name="whole-op placement")
+
+
+def _group_devices(step, devices):
+    """A device per colocation group, groups of variables spread by bytes (largest first)."""
+    sizes = {}
+    for op in step.ops.values():
+        if op.group is not None:
+            sizes[op.group] = sizes.get(op.group, 0.0) + op.param_bytes
+    load = dict.fromkeys(devices, 0.0)
+    out = {}
+    for g in sorted(sizes, key=lambda g: (-sizes[g], g)):
+        d = min(devices, key=lambda d: load[d])
+        out[g] = d
+        load[d] += sizes[g]
+    return out
+
+
+def _split_where(step, devices, choose, name) -> Strategy:
+    """Ops whole on their group's device (or the first); ``choose(op, dims)`` -> {dim: factor}."""
+    devices = list(devices)
+    group_dev = _group_devices(step, devices)
+    configs = {}
+    for op in step.ops.values():
+        home = group_dev.get(op.group, devices[0]) if op.tied else devices[0]
+        split = {}
+        if not op.tied:
+            try:
+                split = choose(op, resolve(op)) or {}
+            except NotDescribed:
+                split = {}
+        n = int(np.prod(list(split.values()), dtype=np.int64)) if split else 1
+        configs[op.name] = OpConfig(split, tuple(devices[:n]) if n > 1 else (home,))
+    return Strategy(configs, devices[0], name=name)
+
+
+def sample_dim(dims, batch):
+    """The dimension of ``dims`` that indexes the samples, or None.
+
+    The letter ``n`` when its extent is the batch; else the dimension on the
+    first axis of the first input that has one of the batch's extent (a weight
+    gradient ``MatMul(x, dy, transpose_a=True)`` reduces over the samples).
+    """
+    if dims.extent.get(SAMPLE) == batch:
+        return SAMPLE
+    for axes in dims.inputs:
+        if isinstance(axes, tuple) and axes and axes[0] not in (None, "shape"):
+            if dims.extent[axes[0]] == batch:
+                return axes[0]
+    return None
+
+
+def data_parallel(step, devices: Sequence[str]) -> Strategy:
+    """Data parallelism: every op with a sample dimension of the batch's extent split by sample.
+
+    Parameters
+    ----------
+    step : StepGraph
+    devices : sequence of str
+        The cluster's devices; ``min(len(devices), batch)`` parts per split op.
+
+    Returns
+    -------
+    Strategy
+        Ops bound to variables (reads, updates) whole on their variable's
+        device, variables spread over the devices by bytes; everything else
+        without a sample dimension whole on the first device.
+    """
+    batch = step.batch_size
+    k = min(len(devices), batch or 1)
+
+    def choose(op, dims):
+        d = sample_dim(dims, batch)
+        return {d: k} if k > 1 and d is not None else {}
+
+    return _split_where(step, devices, choose, "data parallel")
+
+
+#: The parameter (output-channel) dimension of the op types :func:`parameter_split` splits.
+PARAMETER_DIMS = {"Conv2D": "o", "Conv2DBackpropInput": "i", "Conv2DBackpropFilter": "o",
+                  "DepthwiseConv2dNative": "c", "DepthwiseConv2dNativeBackpropInput": "c",
+                  "DepthwiseConv2dNativeBackpropFilter": "c", "MatMul": "c"}
+
+
+def parameter_split(step, devices: Sequence[str], op_types=None, *, only=None) -> Strategy:
+    """Split every op of ``op_types`` (default: convolutions and their backprops) by parameter.
+
+    ``only(op) -> bool`` narrows the ops further (a mixed strategy's late layers).
+    The filter's output channels of ``Conv2D`` and ``Conv2DBackpropFilter``
+    and the input channels ``Conv2DBackpropInput`` produces are split over
+    ``min(len(devices), channels)`` parts; the rest as :func:`data_parallel`'s
+    home devices.
+    """
+    kinds = set(op_types or [t for t in PARAMETER_DIMS if t != "MatMul"])
+    devices = list(devices)
+
+    def choose(op, dims):
+        d = PARAMETER_DIMS.get(op.op_type)
+        if op.op_type not in kinds or d not in dims.extent or (only and not only(op)):
+            return {}
+        f = min(len(devices), dims.extent[d])
+        return {d: f} if f > 1 else {}
+
+    return _split_where(step, devices, choose, "parameter split")
+
+
+def mixed(step, devices: Sequence[str]) -> Strategy:
+    """FlexFlow's finding as a strategy: split each convolution or MatMul by parameter when
+    its weights outweigh its activations, else by sample; everything else as
+    :func:`data_parallel`.
+
+    An op's weights are its tensors without the sample dimension, its
+    activations those with it (so a layer's forward op and both its backprops
+    decide alike).
+    """
+    batch = step.batch_size
+    devices = list(devices)
+    dp = data_parallel(step, devices)
+
+    def weight_heavy(op):
+        dims = resolve(op)
+        d = sample_dim(dims, batch)
+        sizes = {True: 0.0, False: 0.0}
+        for axes, shape, item in zip(dims.inputs + dims.outputs, op.input_shapes + op.output_shapes,
+                                     op.input_itemsizes + op.output_itemsizes):
+            if isinstance(axes, tuple) and shape and axes and axes[0] != "shape":
+                sizes[d in axes] += float(np.prod(shape)) * item
+        return sizes[False] > sizes[True]
+
+    ps = parameter_split(step, devices, op_types=list(PARAMETER_DIMS), only=weight_heavy)
+    configs = {n: (ps.config(n) if ps.config(n).num_parts > 1 else dp.config(n)) for n in step.ops}
+    return Strategy(configs, devices[0], name="mixed")
+
+
+def combine(*strategies, name="mixed") -> Strategy:
+    """Per op, the first strategy's configuration that splits it; else the first's."""
+    configs = {}
+    for op in strategies[0].configs:
+        cfgs = [s.config(op) for s in strategies]
+        configs[op] = next((c for c in cfgs if c.num_parts > 1), cfgs[0])
+    return Strategy(configs, strategies[0].default_device, name=name)

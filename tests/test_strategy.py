@@ -1,0 +1,177 @@
+"""fddps.strategy: op descriptions, strategies, validation, expansion to the task graph."""
+
+import numpy as np
+import pytest
+
+from costmodel import default_cost_model
+from fddps.strategy import (OP_DESCRIPTIONS, OpConfig, Strategy, StrategyError, coverage,
+                            data_parallel, description_table, expand, parameter_split, parts,
+                            resolve, validate, whole_placement)
+from fddps.strategy.graph import OpInfo, StepGraph
+
+tf = pytest.importorskip("tensorflow")
+
+REQUIRED = ["Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "DepthwiseConv2dNative",
+            "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter", "MatMul",
+            "BiasAdd", "BiasAddGrad", "FusedBatchNormV3", "FusedBatchNormGradV3", "Relu",
+            "ReluGrad", "Mul", "Sub", "AddV2", "AddN", "MaxPool", "AvgPool", "MaxPoolGrad",
+            "AvgPoolGrad", "Pad", "ConcatV2", "Slice", "Reshape", "SoftmaxCrossEntropyWithLogits",
+            "Mean", "Sum", "L2Loss", "ResourceApplyMomentum"]
+GPUS = [f"/device:GPU:{i}" for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def cm():
+    return default_cost_model("p100")
+
+
+@pytest.fixture(scope="module")
+def vgg():
+    from fddps.tf.strategy_graph import step_graph
+    from slim_models.training import build_training_graph
+
+    g = build_training_graph("vgg16", 4, dataset="cifar10")
+    return step_graph(g.graph_def, fetches=[g.train_op.name, g.loss.name])
+
+
+def test_registry_covers_the_required_op_types():
+    assert set(REQUIRED) <= set(OP_DESCRIPTIONS)
+    table = description_table()
+    assert set(REQUIRED) <= set(table["op_type"])
+    conv = table[table.op_type == "Conv2D"].iloc[0]
+    assert conv.inputs == "n..i, ..io" and conv.outputs == "n..o"
+
+
+def test_resolve_reads_dimensions_reductions_and_broadcasts():
+    conv = resolve(OpInfo("f", "Conv2DBackpropFilter", input_shapes=((8, 4, 4, 3), (4,), (8, 4, 4, 16)),
+                          output_shapes=((3, 3, 3, 16),), attrs={"data_format": "NHWC"}))
+    assert conv.reduction == {"n"} and conv.extent == {"i": 3, "o": 16, "n": 8}
+    assert conv.inputs[1] == ("shape", 0)
+    mm = resolve(OpInfo("m", "MatMul", input_shapes=((5, 8), (3, 5)), output_shapes=((8, 3),),
+                        attrs={"transpose_a": True, "transpose_b": True}))
+    assert mm.extent == {"n": 8, "c": 3, "k": 5} and mm.reduction == {"k"}
+    mul = resolve(OpInfo("x", "Mul", input_shapes=((8, 1, 1, 6), (6,)), output_shapes=((8, 4, 4, 6),)))
+    assert mul.inputs == (("n", None, None, "c"), ("c",)) and mul.extent["h"] == 4
+    mean = resolve(OpInfo("m", "Mean", input_shapes=((8, 4), (1,)), output_shapes=((4,),),
+                          const_values={1: (0,)}))
+    assert mean.reduction == {"n"} and mean.outputs == (("c",),)
+
+
+def test_coverage_counts_described_and_kept_whole(vgg):
+    table = coverage(vgg).set_index("op_type")
+    counts = vgg.op_type_counts()
+    assert table["ops"].sum() == len(vgg)
+    for t in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul", "ReluGrad"):
+        assert table.loc[t, "described"] == counts[t] > 0
+    assert table.loc["Const", "kept_whole"] == counts["Const"]
+    assert "no description" in table.loc["Const", "reason"]
+
+
+def test_validation_names_what_is_wrong(vgg):
+    conv = next(n for n, op in vgg.ops.items() if op.op_type == "Conv2D")
+    const = next(n for n, op in vgg.ops.items() if op.op_type == "Const")
+    d = GPUS[:2]
+    cases = [({"nope": OpConfig({}, d[:1])}, "'nope', which is not in the step"),
+             ({const: OpConfig({"n": 2}, d)}, f"{const!r} \\(Const\\) cannot be split"),
+             ({conv: OpConfig({"z": 2}, d)}, "has no dimension 'z'; its dimensions are n, o, i"),
+             ({conv: OpConfig({"i": 4}, d * 2)}, "factor 4 of dimension 'i' is larger than the dimension \\(3\\)"),
+             ({conv: OpConfig({"o": 3}, d + d[:1])}, "larger than the number of devices \\(2\\)"),
+             ({conv: OpConfig({"n": 2}, d[:1])}, "2 parts but 1 devices"),
+             ({conv: OpConfig({"n": 2}, ["/device:GPU:0", "/device:GPU:7"])}, "device '/device:GPU:7'")]
+    for configs, message in cases:
+        with pytest.raises(StrategyError, match=message):
+            validate(Strategy(configs, d[0]), vgg, d)
+    group = next(op.group for op in vgg.ops.values() if op.op_type == "ResourceApplyMomentum")
+    tied = [n for n, op in vgg.ops.items() if op.group == group and op.tied]
+    with pytest.raises(StrategyError, match="share colocation group"):
+        validate(Strategy({tied[0]: OpConfig({}, d[1:])}, d[0]), vgg, d)
+
+
+def test_parts_are_uneven_like_array_split():
+    op = OpInfo("y", "Relu", inputs=(), input_shapes=((5, 3),), output_shapes=((5, 3),))
+    boxes = [p.box for p in parts(op, OpConfig({"n": 2, "c": 2}, GPUS))]
+    assert boxes[0] == {"n": (0, 3), "c": (0, 2)} and boxes[3] == {"n": (3, 5), "c": (2, 3)}
+
+
+def test_whole_placement_expands_to_the_unsplit_graph(vgg, cm):
+    from fddps.simulate import simulate
+    from fddps.tf.place import read_graph_def
+    from slim_models.training import build_training_graph
+
+    cluster = cm.cluster(GPUS[:2])
+    ex = expand(vgg, whole_placement({}, GPUS[0]), cluster, cm)
+    assert ex.graph.num_ops == len(vgg) and float(ex.graph.bytes.sum()) == 0  # one device
+    g = build_training_graph("vgg16", 4, dataset="cifar10")
+    og, _ = read_graph_def(g.graph_def, cm, cluster, fetches=[g.train_op.name, g.loss.name],
+                           splits=False)
+    ref = simulate(og, cluster, [0] * og.num_ops)
+    assert ex.simulate(cluster).makespan == pytest.approx(ref.makespan, rel=1e-9)
+
+
+def test_data_parallel_reduces_every_weight_gradient_once_per_other_device(vgg, cm):
+    k = 4
+    cluster = cm.cluster(GPUS[:k])
+    strategy = data_parallel(vgg, GPUS[:k])
+    ex = expand(vgg, strategy, cluster, cm)
+    g = ex.graph
+    dev = np.array([cluster.index[ex.placement[n]] for n in g.names])
+    into_reduce = np.array(["fddps_reduce" in g.names[j] for j in g.dst])
+    cross = dev[g.src] != dev[g.dst]
+    reduced = float(g.bytes[into_reduce & cross].sum())
+    grads = sum(op.input_bytes - 16 for op in vgg.ops.values()  # lr, momentum: scalars
+                if op.op_type == "ResourceApplyMomentum")
+    assert reduced == pytest.approx((k - 1) * grads, rel=1e-3)
+    # Each sample part's time is the cost model's at its own shape.
+    conv = next(n for n, op in vgg.ops.items() if op.op_type == "Conv2D")
+    whole = cm.op_times(ex.rows.iloc[:0].__class__([dict(op_type="Conv2D", flops=vgg.ops[conv].flops,
+                        input_bytes=vgg.ops[conv].input_bytes,
+                        output_bytes=vgg.ops[conv].output_bytes)]), "GPU")[0]
+    part_costs = [g.cost[g.index[t], 0] for t in ex.tasks[conv]]
+    assert len(part_costs) == k and all(c < whole for c in part_costs) and sum(part_costs) > whole
+    timeline = ex.simulate(cluster)
+    assert timeline.makespan > 0 and (timeline.peak_memory > 0).all()
+
+
+def test_sharded_variable_holds_its_share_and_gradients_reduce_scatter(vgg, cm):
+    d = GPUS[:2]
+    cluster = cm.cluster(d)
+    base = data_parallel(vgg, d)
+    apply = max((op for op in vgg.ops.values() if op.op_type == "ResourceApplyMomentum"),
+                key=lambda op: op.input_bytes)
+    tied = [n for n, op in vgg.ops.items() if op.group == apply.group and op.tied]
+    configs = dict(base.configs)
+    configs.update({n: OpConfig({"c": 2}, d) for n in tied})
+    ex = expand(vgg, Strategy(configs, d[0]), cluster, cm)
+    var_parts = [t for n in tied if vgg.ops[n].op_type == "VarHandleOp" for t in ex.tasks[n]]
+    assert sorted({ex.placement[t] for t in var_parts}) == d
+    for n in tied:  # the weights and their momentum slot: each device holds half of each
+        if vgg.ops[n].op_type == "VarHandleOp":
+            mem = [ex.graph.memory[ex.graph.index[t]] for t in ex.tasks[n]]
+            assert mem == pytest.approx([vgg.ops[n].param_bytes / 2] * 2)
+    assert ex.simulate(cluster).makespan > 0
+
+
+def test_parameter_split_moves_less_than_data_parallel_on_vgg(vgg, cm):
+    cluster = cm.cluster(GPUS[:2])
+    dp = expand(vgg, data_parallel(vgg, GPUS[:2]), cluster, cm).simulate(cluster)
+    ps = expand(vgg, parameter_split(vgg, GPUS[:2]), cluster, cm).simulate(cluster)
+    # VGG-16's weights (134 MB) dwarf its activations at batch 4: splitting them moves less.
+    assert ps.transfers.bytes.sum() < dp.transfers.bytes.sum()
+
+
+@pytest.mark.slow
+def test_sample_split_batch_norm_exchanges_its_statistics(cm):
+    from fddps.tf.strategy_graph import step_graph
+    from slim_models.training import build_training_graph
+
+    g = build_training_graph("resnet50", 4, dataset="cifar10")
+    step = step_graph(g.graph_def, fetches=[g.train_op.name, g.loss.name])
+    cluster = cm.cluster(GPUS[:2])
+    ex = expand(step, data_parallel(step, GPUS[:2]), cluster, cm)
+    bn = next(n for n, op in step.ops.items() if op.op_type == "FusedBatchNormV3")
+    channels = step.ops[bn].output_shapes[0][3]
+    stats = [f"{t}/stats" for t in ex.tasks[bn]]
+    out = {(ex.graph.names[s], ex.graph.names[t]): b
+           for s, t, b in zip(ex.graph.src, ex.graph.dst, ex.graph.bytes)}
+    assert out[stats[0], ex.tasks[bn][1]] == 2 * 4 * channels
+    assert ex.simulate(cluster).makespan > 0

@@ -1,0 +1,272 @@
+"""fddps.tf.strategy_rewrite: strategies written into GraphDefs compute what the original does."""
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from fddps.strategy import (OpConfig, Strategy, StrategyError, combine, data_parallel,  # noqa: E402
+                            parameter_split, resolve)
+from fddps.tf.strategy_graph import step_graph  # noqa: E402
+from fddps.tf.strategy_rewrite import rewrite_strategy  # noqa: E402
+
+CPUS = [f"/device:CPU:{i}" for i in range(4)]
+CONFIG = tf.compat.v1.ConfigProto(device_count={"CPU": 4}, allow_soft_placement=False,
+                                  inter_op_parallelism_threads=2, intra_op_parallelism_threads=1)
+raw = tf.raw_ops
+
+
+def _rand(shape, seed, positive=False):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return tf.constant(np.abs(x) + 0.5 if positive else x)
+
+
+def _ops():
+    """name -> builder of the op (in the current graph) named "X"."""
+    x, w = (5, 6, 6, 4), (3, 3, 4, 7)
+    conv = dict(strides=[1, 1, 1, 1], padding="SAME")
+    pool = dict(ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID")
+    dw = dict(strides=[1, 1, 1, 1], padding="SAME")
+
+    def bn_grad():
+        y, m, v, r1, r2, r3 = raw.FusedBatchNormV3(x=_rand(x, 1), scale=_rand([4], 2),
+                                                   offset=_rand([4], 3), mean=tf.zeros([0]),
+                                                   variance=tf.zeros([0]), is_training=True)
+        return raw.FusedBatchNormGradV3(y_backprop=_rand(x, 4), x=_rand(x, 1), scale=_rand([4], 2),
+                                        reserve_space_1=r1, reserve_space_2=r2, reserve_space_3=r3,
+                                        is_training=True, name="X")
+
+    def maxpool_grad():
+        inp = _rand(x, 1)
+        out = tf.nn.max_pool2d(inp, 2, 2, "VALID")
+        return raw.MaxPoolGrad(orig_input=inp, orig_output=out, grad=_rand([5, 3, 3, 4], 2),
+                               name="X", **pool)
+
+    return {
+        "Conv2D": lambda: raw.Conv2D(input=_rand(x, 1), filter=_rand(w, 2), name="X", **conv),
+        "Conv2DBackpropInput": lambda: raw.Conv2DBackpropInput(
+            input_sizes=tf.constant(x), filter=_rand(w, 2), out_backprop=_rand([5, 6, 6, 7], 3),
+            name="X", **conv),
+        "Conv2DBackpropFilter": lambda: raw.Conv2DBackpropFilter(
+            input=_rand(x, 1), filter_sizes=tf.constant(w), out_backprop=_rand([5, 6, 6, 7], 3),
+            name="X", **conv),
+        "DepthwiseConv2dNative": lambda: raw.DepthwiseConv2dNative(
+            input=_rand(x, 1), filter=_rand([3, 3, 4, 1], 2), name="X", **dw),
+        "DepthwiseConv2dNativeBackpropInput": lambda: raw.DepthwiseConv2dNativeBackpropInput(
+            input_sizes=tf.constant(x), filter=_rand([3, 3, 4, 1], 2), out_backprop=_rand(x, 3),
+            name="X", **dw),
+        "DepthwiseConv2dNativeBackpropFilter": lambda: raw.DepthwiseConv2dNativeBackpropFilter(
+            input=_rand(x, 1), filter_sizes=tf.constant([3, 3, 4, 1]), out_backprop=_rand(x, 3),
+            name="X", **dw),
+        "MatMul": lambda: raw.MatMul(a=_rand([5, 7], 1), b=_rand([7, 4], 2), name="X"),
+        "MatMul_ta": lambda: raw.MatMul(a=_rand([7, 5], 1), b=_rand([7, 4], 2), transpose_a=True,
+                                        name="X"),
+        "MatMul_tb": lambda: raw.MatMul(a=_rand([5, 7], 1), b=_rand([4, 7], 2), transpose_b=True,
+                                        name="X"),
+        "MatMul_tab": lambda: raw.MatMul(a=_rand([7, 5], 1), b=_rand([4, 7], 2), transpose_a=True,
+                                         transpose_b=True, name="X"),
+        "BiasAdd": lambda: raw.BiasAdd(value=_rand(x, 1), bias=_rand([4], 2), name="X"),
+        "BiasAdd_rank2": lambda: raw.BiasAdd(value=_rand([5, 4], 1), bias=_rand([4], 2), name="X"),
+        "BiasAddGrad": lambda: raw.BiasAddGrad(out_backprop=_rand(x, 1), name="X"),
+        "FusedBatchNormV3": lambda: raw.FusedBatchNormV3(
+            x=_rand(x, 1), scale=_rand([4], 2), offset=_rand([4], 3), mean=tf.zeros([0]),
+            variance=tf.zeros([0]), is_training=True, name="X"),
+        "FusedBatchNormGradV3": bn_grad,
+        "Relu": lambda: raw.Relu(features=_rand(x, 1), name="X"),
+        "ReluGrad": lambda: raw.ReluGrad(gradients=_rand(x, 1), features=_rand(x, 2), name="X"),
+        "Mul": lambda: raw.Mul(x=_rand(x, 1), y=_rand([4], 2), name="X"),
+        "Mul_scalar": lambda: raw.Mul(x=tf.constant(0.5), y=_rand(x, 2), name="X"),
+        "Sub": lambda: raw.Sub(x=_rand(x, 1), y=_rand([5, 1, 1, 4], 2), name="X"),
+        "AddV2": lambda: raw.AddV2(x=_rand(x, 1), y=_rand(x, 2), name="X"),
+        "AddN": lambda: raw.AddN(inputs=[_rand(x, 1), _rand(x, 2), _rand(x, 3)], name="X"),
+        "RealDiv": lambda: raw.RealDiv(x=_rand(x, 1), y=_rand(x, 2, positive=True), name="X"),
+        "Neg": lambda: raw.Neg(x=_rand(x, 1), name="X"),
+        "SelectV2": lambda: raw.SelectV2(condition=_rand(x, 1) > 0, t=_rand(x, 2), e=_rand(x, 3),
+                                         name="X"),
+        "MaxPool": lambda: raw.MaxPool(input=_rand(x, 1), name="X", **pool),
+        "AvgPool": lambda: raw.AvgPool(value=_rand(x, 1), name="X", **pool),
+        "MaxPoolGrad": maxpool_grad,
+        "AvgPoolGrad": lambda: raw.AvgPoolGrad(orig_input_shape=tf.constant(x),
+                                               grad=_rand([5, 3, 3, 4], 2), name="X", **pool),
+        "Pad": lambda: raw.Pad(input=_rand(x, 1), paddings=tf.constant([[0, 0], [1, 1], [1, 1], [0, 0]]),
+                               name="X"),
+        "ConcatV2": lambda: raw.ConcatV2(values=[_rand(x, 1), _rand([5, 6, 6, 3], 2)],
+                                         axis=tf.constant(3), name="X"),
+        "Slice": lambda: raw.Slice(input=_rand(x, 1), begin=tf.constant([0, 1, 0, 0]),
+                                   size=tf.constant([-1, 3, 6, 4]), name="X"),
+        "Reshape": lambda: raw.Reshape(tensor=_rand([5, 2, 2, 3], 1), shape=tf.constant([5, 12]),
+                                       name="X"),
+        "SoftmaxCrossEntropyWithLogits": lambda: raw.SoftmaxCrossEntropyWithLogits(
+            features=_rand([5, 7], 1), labels=tf.nn.softmax(_rand([5, 7], 2)), name="X"),
+        "Mean": lambda: raw.Mean(input=_rand([5, 4], 1), axis=tf.constant([0]), name="X"),
+        "Mean_all": lambda: raw.Mean(input=_rand(x, 1), axis=tf.constant([0, 1, 2, 3]), name="X"),
+        "Mean_keep": lambda: raw.Mean(input=_rand(x, 1), axis=tf.constant([1, 2]), keep_dims=True,
+                                      name="X"),
+        "Sum": lambda: raw.Sum(input=_rand(x, 1), axis=tf.constant([0, 3]), name="X"),
+        "L2Loss": lambda: raw.L2Loss(t=_rand(x, 1), name="X"),
+    }
+
+
+def _outputs(gd, names):
+    with tf.Graph().as_default() as g:
+        tf.graph_util.import_graph_def(gd, name="")
+        with tf.compat.v1.Session(graph=g, config=CONFIG) as sess:
+            return sess.run(names)
+
+
+@pytest.mark.parametrize("case", sorted(_ops()))
+def test_every_described_op_splits_along_each_dimension(case):
+    g = tf.Graph()
+    with g.as_default():
+        _ops()[case]()
+    gd = g.as_graph_def()
+    step = step_graph(gd, fetches=["X"])
+    op = step.ops["X"]
+    dims = resolve(op)
+    outs = [f"X:{k}" for k, s in enumerate(op.output_shapes)
+            if s is not None and op.output_itemsizes[k] and (not s or min(s) > 0)]
+    if case == "FusedBatchNormV3":
+        outs = outs[:3]  # the reserve spaces are the kernel's own business
+    if case == "FusedBatchNormGradV3":
+        outs = outs[:3]
+    expected = _outputs(gd, outs)
+    tried = 0
+    for d in dims.dims:
+        factor = min(3, dims.extent[d])
+        if factor < 2:
+            continue
+        strategy = Strategy({"X": OpConfig({d: factor}, CPUS[:factor])}, CPUS[0])
+        if d in dims.stats:
+            with pytest.raises(StrategyError, match="statistics dimensions"):
+                rewrite_strategy(gd, strategy, ["X"], CPUS)
+            continue
+        out = rewrite_strategy(gd, strategy, ["X"], CPUS)
+        parts = [n for n in out.node if n.name.startswith("X/fddps_part_")]
+        assert {n.device for n in parts} == set(CPUS[:factor]), (case, d)
+        for want, got in zip(expected, _outputs(out, outs)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{case} split on {d}")
+        tried += 1
+    assert tried >= 1
+    assert [n.name for n in g.as_graph_def().node] == [n.name for n in gd.node]  # untouched
+
+
+def test_split_variables_are_refused_by_the_rewrite():
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.Variable(tf.ones([4, 3]), name="v")
+        acc = tf.Variable(tf.zeros([4, 3]), name="acc")
+        raw.ResourceApplyMomentum(var=v.handle, accum=acc.handle, lr=tf.constant(0.1),
+                                  grad=tf.ones([4, 3]), momentum=tf.constant(0.9), name="X")
+    step = step_graph(g, fetches=["X"])
+    group = [n for n, op in step.ops.items() if op.group == step.ops["X"].group and op.tied]
+    s = Strategy({n: OpConfig({"n": 2}, CPUS[:2]) for n in group}, CPUS[0])
+    with pytest.raises(StrategyError, match="split variables are not written"):
+        rewrite_strategy(g, s, ["X"], CPUS)
+
+
+def _train(gd, model, steps=1):
+    with tf.Graph().as_default() as graph:
+        tf.graph_util.import_graph_def(gd, name="")
+        reads = [raw.ReadVariableOp(resource=graph.get_tensor_by_name(v.name),
+                                    dtype=v.dtype.base_dtype) for v in model.trainable_variables]
+        with tf.compat.v1.Session(graph=graph, config=CONFIG) as sess:
+            sess.run(model.init_op.name)
+            losses = [sess.run([model.train_op.name, model.loss.name])[1] for _ in range(steps)]
+            losses.append(sess.run(model.loss.name))
+            return losses, sess.run(reads)
+
+
+def _check_strategies(name, batch, strategies):
+    from slim_models.training import build_training_graph
+
+    model = build_training_graph(name, batch, dataset="cifar10")
+    fetches = [model.train_op.name, model.loss.name]
+    before = tf.compat.v1.GraphDef()
+    before.CopyFrom(model.graph_def)
+    step = step_graph(model.graph_def, fetches)
+    ref_loss, ref_vars = _train(model.graph_def, model)
+    for make in strategies:
+        strategy = make(step, CPUS)
+        gd = rewrite_strategy(model.graph_def, strategy, fetches, CPUS)
+        loss, got = _train(gd, model)
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, err_msg=strategy.name)
+        for v, want, have in zip(model.trainable_variables, ref_vars, got):
+            np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{strategy.name}: {v.name}")
+        used = {n.device for n in gd.node if "/fddps_part_" in n.name}
+        assert used == set(CPUS), strategy.name
+    assert model.graph_def == before
+    return gd, step
+
+
+def _mixed(step, devices):
+    """Sample-split early layers, parameter-split the late (large-weight) ones."""
+    late = {n for n, op in step.ops.items()
+            if op.op_type.startswith("Conv2D") and max(op.input_bytes, 1) and any(
+                s and len(s) == 4 and s[3] >= 256 for s in op.input_shapes if s)}
+    dp = data_parallel(step, devices)
+    ps = parameter_split(step, devices, only=lambda op: op.name in late)
+    configs = {n: (ps.config(n) if n in late else dp.config(n)) for n in step.ops}
+    return Strategy(configs, devices[0], name="mixed")
+
+
+@pytest.mark.slow
+def test_vgg16_step_under_data_parallel_channel_split_and_mixed_matches_unsplit():
+    gd, step = _check_strategies("vgg16", 8, [data_parallel, parameter_split, _mixed])
+    # Consecutive sample-split ops pass their parts directly: a Relu part reads a BiasAdd part.
+    relu = next(n for n in gd.node if n.op == "Relu" and n.name.endswith("/fddps_part_1"))
+    assert relu.input[0].endswith("BiasAdd/fddps_part_1")
+
+
+def test_combine_takes_the_first_split_configuration():
+    a = Strategy({"x": OpConfig({}, ("d0",)), "y": OpConfig({"n": 2}, ("d0", "d1"))}, "d0")
+    b = Strategy({"x": OpConfig({"c": 2}, ("d0", "d1")), "y": OpConfig({}, ("d1",))}, "d0")
+    mixed = combine(a, b)
+    assert mixed.config("x").split == {"c": 2} and mixed.config("y").split == {"n": 2}
+
+
+def _small_cnn():
+    """A real small CNN training step: conv-bias-relu-pool, dense, softmax, momentum."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(1)
+        x = _rand([8, 8, 8, 3], 1)
+        labels = tf.one_hot(tf.constant([0, 1, 2, 3, 4, 0, 1, 2]), 5)
+        w1 = tf.compat.v1.get_variable("w1", [3, 3, 3, 8], use_resource=True)
+        b1 = tf.compat.v1.get_variable("b1", [8], use_resource=True)
+        w2 = tf.compat.v1.get_variable("w2", [4 * 4 * 8, 5], use_resource=True)
+        h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w1, 1, "SAME"), b1))
+        h = tf.reshape(tf.nn.max_pool2d(h, 2, 2, "VALID"), [8, -1])
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+            labels=labels, logits=tf.matmul(h, w2)), name="loss")
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+        init = tf.compat.v1.global_variables_initializer()
+    return g, [train.name, "loss:0"], init.name, [w1, b1, w2]
+
+
+def test_place_accepts_a_strategy_and_data_parallel_is_one():
+    import fddps
+    from costmodel import default_cost_model
+
+    g, fetches, init, variables = _small_cnn()
+    before = g.as_graph_def()
+    strategy = fddps.data_parallel(g, ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"], fetches)
+    p = fddps.place(g, CPUS, cost_model=default_cost_model(), fetches=fetches, strategy=strategy)
+    assert p.makespan > 0 and (p.peak_memory > 0).sum() == 4
+    assert p.info["ops_split"] > 0
+    results = []
+    for gd in (g.as_graph_def(), p.graph_def):
+        with tf.Graph().as_default() as graph:
+            tf.graph_util.import_graph_def(gd, name="")
+            reads = [raw.ReadVariableOp(resource=graph.get_tensor_by_name(v.name),
+                                        dtype=tf.float32) for v in variables]
+            with tf.compat.v1.Session(graph=graph, config=CONFIG) as sess:
+                sess.run(init)
+                loss = sess.run(fetches)[1]
+                results.append([loss] + sess.run(reads))
+    for want, got in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert g.as_graph_def() == before
+    with pytest.raises(StrategyError, match="device '/device:CPU:9'"):
+        fddps.place(g, CPUS, cost_model=default_cost_model(), fetches=fetches,
+                    strategy=Strategy({"loss": OpConfig({}, ["/device:CPU:9"])}, CPUS[0]))
