@@ -29,9 +29,9 @@ Configurations and where they come from:
   per parameter in GiB (weights, gradients, one optimizer slot; the reading
   that reproduces Tofu's wide-ResNet entries within 2%), the LSTM stack
   alone (L layers of ``8H^2 + 4H``) is 4-9% above every entry but RNN-8-6K
-  (5% below, an outlier in the table's own progression); the entries fit
-  ``(2L - 1) * 4H^2`` parameters within the table's rounding, i.e. as if the
-  first layer had no H-wide input. Tofu does not state the vocabulary or
+  (5% below, an outlier in the table's own progression); the other entries
+  fit ``(2L - 1) * 4H^2`` parameters within 3%, i.e. as if the first layer
+  had no H-wide input. Tofu does not state the vocabulary or
   embedding; we build the embedding and softmax at ``vocab_size`` and
   compare only the LSTM stack with the table.
 * `FLEXFLOW_NMT` (FlexFlow, Section 8 and Figure 13): "an encoder and a
