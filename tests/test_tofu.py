@@ -284,3 +284,25 @@ def test_tofu_infeasible_names_the_smallest_peak_and_its_device(wide_resnet, cm)
     peaks = simulate_strategy(step, plan.strategy, cluster, cm).peak_memory
     assert err.value.device == peaks.idxmax() and err.value.needed == pytest.approx(peaks.max())
     assert err.value.available == 1e6 and err.value.device in str(err.value)
+
+
+def test_split_variables_hold_their_share_and_fit_where_whole_variables_cannot(cm):
+    from fddps.tf.strategy_graph import step_graph
+
+    g, fetches, _, _ = _wide_mlp(widths=(256, 1024, 1024, 10))  # one 4 MB weight matrix
+    step = step_graph(g.as_graph_def(), fetches)
+    with pytest.raises(ValueError, match="split_variables=True needs writable=False"):
+        Tofu(split_variables=True)
+    single = simulate_strategy(step, Strategy({}, CPUS[0]), cm.cluster(CPUS[:1]), cm)
+    cluster = cm.cluster(CPUS, memory=0.45 * float(single.peak_memory.max()))
+    with pytest.raises(InfeasibleError):  # the largest variable and its slot exceed a device
+        Tofu().search(step, cluster, cm)
+    plan = Tofu(writable=False).search(step, cluster, cm)
+    validate(plan.strategy, step, CPUS)
+    ex = expand(step, plan.strategy, cluster, cm)
+    big = max((n for n, op in step.ops.items() if op.op_type == "VarHandleOp"),
+              key=lambda n: step.ops[n].param_bytes)
+    assert plan.strategy.config(big).num_parts == 4
+    held = [ex.graph.memory[ex.graph.index[t]] for t in ex.tasks[big]]
+    assert sum(held) == pytest.approx(step.ops[big].param_bytes)
+    assert max(held) == pytest.approx(step.ops[big].param_bytes / 4)

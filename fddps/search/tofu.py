@@ -190,16 +190,26 @@ class Tofu:
         never exceed it).
     max_combos : int
         Joint choices of one coarse group before it is cut in pieces.
+    split_variables : bool, optional
+        Partition variables too (each variable's ops -- the variable, its
+        optimizer slots, reads and update -- pick one split together), so each
+        device holds its share of the weights and slots, as in Tofu. Default:
+        ``not writable`` (the TensorFlow rewrite keeps variables whole).
 
     Example
     -------
     ``Tofu().search(step, cluster, cost_model).strategy`` -- see the module example.
     """
 
-    def __init__(self, writable: bool = True, beam: int = 64, max_combos: int = 256):
+    def __init__(self, writable: bool = True, beam: int = 64, max_combos: int = 256,
+                 split_variables: bool | None = None):
         if beam < 1 or max_combos < 1:
             raise ValueError("beam and max_combos must be at least 1")
+        if writable and split_variables:
+            raise ValueError("split_variables=True needs writable=False: the TensorFlow rewrite "
+                             "does not write split variables")
         self.writable = writable
+        self.split_variables = (not writable) if split_variables is None else split_variables
         self.beam = beam
         self.max_combos = max_combos
 
@@ -208,7 +218,7 @@ class Tofu:
         """The partition plan of ``step`` on ``devices`` (names), without checking memory."""
         t0 = time.perf_counter()
         devices = list(devices)
-        dims, fixed = {}, {}
+        dims, tie = {}, {}
         for name, op in step.ops.items():
             if op.tied:
                 continue
@@ -218,6 +228,9 @@ class Tofu:
                 continue
             if any(v > 1 for v in d.extent.values()):
                 dims[name] = d
+        if self.split_variables:
+            dims.update(self._variable_groups(step, tie))
+        self._tie = tie
         groups = self._coarsen(step, dims)
         factor = {n: {} for n in dims}
         history = {n: [] for n in dims}  # per level: (dim or None, ways)
@@ -234,7 +247,7 @@ class Tofu:
                     factor[n][d] = factor[n].get(d, 1) * ways
             levels.append(dict(ways=ways, choices=choice, bytes=nbytes))
         strategy = self._strategy(step, devices, dims, history)
-        return TofuPlan(strategy, levels, sum(len(g) for g in groups), exact,
+        return TofuPlan(strategy, levels, len(groups), exact,
                         time.perf_counter() - t0)
 
     def search(self, step, cluster, cost_model) -> TofuPlan:
@@ -266,6 +279,28 @@ class Tofu:
                 attempts=[("tofu", device, float(peak[k]), float(cluster.memory[k]))])
         return plan
 
+    @staticmethod
+    def _variable_groups(step, tie):
+        """Dims of the ops of each variable's colocation group that can split as one
+        (all described, one iteration domain); ``tie`` gets op -> group."""
+        groups = {}
+        for name, op in step.ops.items():
+            if op.tied and op.group is not None:
+                groups.setdefault(op.group, []).append(name)
+        out = {}
+        for group, names in groups.items():
+            try:
+                ds = [resolve(step.ops[n]) for n in names]
+            except NotDescribed:
+                continue
+            if any((d.dims, d.extent) != (ds[0].dims, ds[0].extent) for d in ds) \
+                    or not any(v > 1 for v in ds[0].extent.values()):
+                continue
+            for n, d in zip(names, ds):
+                out[n] = d
+                tie[n] = group
+        return out
+
     # -- coarsening ---------------------------------------------------------------------
     def _coarsen(self, step, dims):
         """DP nodes: lists of searchable op names, in forward order."""
@@ -283,6 +318,10 @@ class Tofu:
                 parent[max(ra, rb, key=pos.get)] = min(ra, rb, key=pos.get)
 
         pos = {n: i for i, n in enumerate(step.ops)}
+        first = {}
+        for n in dims:  # a variable's ops are one group
+            if n in self._tie:
+                union(n, first.setdefault(self._tie[n], n))
         for n in dims:
             fwd = forward_name(n, dims)
             if fwd is not None:
@@ -309,22 +348,31 @@ class Tofu:
 
     def _level(self, step, dims, factor, groups, ways):
         choices = {n: self._choices(dims[n], factor[n], ways) for n in dims}
-        # Cut groups whose joint choices exceed max_combos.
-        nodes = []
+        # Ops of one variable share one choice (a key); cut groups whose joint
+        # choices exceed max_combos, never inside a key.
+        key = {n: self._tie.get(n, n) for n in dims}
+        nodes, keys = [], []
         for g in groups:
-            piece, size = [], 1
+            piece, seen, size = [], [], 1
             for n in g:
-                c = len(choices[n])
-                if piece and size * c > self.max_combos:
-                    nodes.append(piece)
-                    piece, size = [], 1
+                if key[n] not in seen:
+                    c = len(choices[n])
+                    if piece and size * c > self.max_combos:
+                        nodes.append(piece)
+                        keys.append(seen)
+                        piece, seen, size = [], [], 1
+                    seen.append(key[n])
+                    size *= c
                 piece.append(n)
-                size *= c
             nodes.append(piece)
+            keys.append(seen)
         node_of = {n: t for t, piece in enumerate(nodes) for n in piece}
-        member = {n: piece.index(n) for piece in nodes for n in piece}
-        combos = [np.array(list(itertools.product(*[range(len(choices[n])) for n in piece])),
-                           dtype=np.int64).reshape(-1, len(piece)) for piece in nodes]
+        member = {n: keys[t].index(key[n]) for t, piece in enumerate(nodes) for n in piece}
+        width = {}
+        for n in dims:
+            width[node_of[n], member[n]] = len(choices[n])
+        combos = [np.array(list(itertools.product(*[range(width[t, j]) for j in range(len(ks))])),
+                           dtype=np.int64).reshape(-1, len(ks)) for t, ks in enumerate(keys)]
 
         def states(n, port, output):
             op = step.ops[n]
@@ -427,8 +475,8 @@ class Tofu:
             best = int(parents[best])
         choice = {}
         for t, piece in enumerate(nodes):
-            for n, c in zip(piece, combos[t][picked[t]]):
-                choice[n] = choices[n][int(c)]
+            for n in piece:
+                choice[n] = choices[n][int(combos[t][picked[t], member[n]])]
         return choice, total_bytes, exact
 
     # -- the strategy ---------------------------------------------------------------------
@@ -438,7 +486,7 @@ class Tofu:
         home = data_parallel(step, devices)
         configs = {}
         for name, op in step.ops.items():
-            if op.tied:
+            if op.tied and not any(d for d, _ in history.get(name, ())):
                 configs[name] = home.config(name)
                 continue
             levels = history.get(name, [])
