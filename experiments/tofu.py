@@ -10,7 +10,9 @@ units (batch 128, 20 unrolled steps, vocabulary 10,000: Tofu's RNN-10-8K batch)
   the 8 GPUs, variables whole, spread by bytes);
 - ``fddps`` and ``etf``: whole-op placement (FD-DPS; m-ETF, Baechi's
   memory-aware ETF) on the step's op graph, with their memory constraint;
-- ``tofu``: :class:`fddps.search.tofu.Tofu` (recursive partition, DP per level);
+- ``tofu``: :class:`fddps.search.tofu.Tofu` (recursive partition, DP per level;
+  variables partitioned too, as in Tofu: ``writable=False``; ``--writable``
+  keeps them whole, as the TensorFlow rewrite needs);
 
 it reports whether the step fits (every device's simulated peak within 12 GB),
 the predicted step time, the largest per-device peak and the search time.
@@ -92,7 +94,8 @@ def _strategy_row(step, strategy, cluster, cm, seconds):
                 search_seconds=seconds, moved_gb=float(tl.transfers["bytes"].sum()) / GB)
 
 
-def run_model(label, model, options, batch, devices, cm, capacity, algorithms=ORDER):
+def run_model(label, model, options, batch, devices, cm, capacity, algorithms=ORDER,
+              writable=False):
     """One row per way of running ``model`` on ``devices`` K80s of ``capacity`` bytes."""
     from fddps.errors import InfeasibleError
     from fddps.search.tofu import Tofu
@@ -130,7 +133,7 @@ def run_model(label, model, options, batch, devices, cm, capacity, algorithms=OR
             row = _strategy_row(step, s, cluster, cm, time.perf_counter() - t)
         elif how == "tofu":
             try:
-                plan = Tofu().search(step, cluster, cm)
+                plan = Tofu(writable=writable).search(step, cluster, cm)
                 row = _strategy_row(step, plan.strategy, cluster, cm, plan.search_seconds)
                 row.update(comm_gb=plan.comm_bytes / GB, exact=plan.exact, groups=plan.groups)
             except InfeasibleError as err:
@@ -194,6 +197,8 @@ def main(argv=None):
     p.add_argument("--algorithms", default=",".join(ORDER))
     p.add_argument("--budget", type=float, default=math.inf,
                    help="seconds: start no new model after this long")
+    p.add_argument("--writable", action="store_true",
+                   help="tofu: only plans the TensorFlow rewrite writes (variables whole)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     from costmodel import default_cost_model
@@ -233,7 +238,8 @@ def main(argv=None):
             one = make_cluster(device_names(1), cm)
             capacity = 0.6 * float(simulate_strategy(step, Strategy({}, one.names[0]), one,
                                                      cm).peak_memory.max())
-        rows.extend(run_model(label, model, options, batch, devices, cm, capacity, algorithms))
+        rows.extend(run_model(label, model, options, batch, devices, cm, capacity, algorithms,
+                              args.writable))
         pd.DataFrame(rows).to_csv(ensure_parent(out).with_suffix(".partial.csv"), index=False)
     df = pd.DataFrame(rows)
     show = df[["model", "strategy", "status", "step_seconds", "peak_max", "search_seconds"]].assign(

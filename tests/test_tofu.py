@@ -306,3 +306,32 @@ def test_split_variables_hold_their_share_and_fit_where_whole_variables_cannot(c
     held = [ex.graph.memory[ex.graph.index[t]] for t in ex.tasks[big]]
     assert sum(held) == pytest.approx(step.ops[big].param_bytes)
     assert max(held) == pytest.approx(step.ops[big].param_bytes / 4)
+
+
+@pytest.mark.parametrize("op_type", ["TanhGrad", "SigmoidGrad"])
+def test_lstm_gradient_ops_split_like_other_elementwise_ops(op_type):
+    """TanhGrad and SigmoidGrad (LSTM backward) are element-wise: split by sample or
+    channel, the rewritten op computes what the whole one does."""
+    from fddps.strategy import OpConfig, resolve
+    from fddps.tf.strategy_graph import step_graph
+    from fddps.tf.strategy_rewrite import rewrite_strategy
+
+    rng = np.random.default_rng(1)
+    g = tf.Graph()
+    with g.as_default():
+        y = tf.constant(rng.uniform(0.1, 0.9, (6, 10)).astype(np.float32))
+        dy = tf.constant(rng.standard_normal((6, 10)).astype(np.float32))
+        getattr(tf.raw_ops, op_type)(y=y, dy=dy, name="X")
+    step = step_graph(g, fetches=["X"])
+    assert resolve(step.ops["X"]).dims == ("n", "c")
+    with tf.compat.v1.Session(graph=g) as sess:
+        want = sess.run("X:0")
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 4})
+    for split in ({"n": 3}, {"c": 2}, {"n": 2, "c": 2}):
+        parts = int(np.prod(list(split.values())))
+        gd = rewrite_strategy(g, Strategy({"X": OpConfig(split, CPUS[:parts])}, CPUS[0]), ["X"],
+                              CPUS)
+        with tf.Graph().as_default() as graph:
+            tf.graph_util.import_graph_def(gd, name="")
+            with tf.compat.v1.Session(graph=graph, config=config) as sess:
+                np.testing.assert_allclose(sess.run("X:0"), want, rtol=1e-6)
