@@ -350,7 +350,7 @@ class Tofu:
         choices = {n: self._choices(dims[n], factor[n], ways) for n in dims}
         # Ops of one variable share one choice (a key); cut groups whose joint
         # choices exceed max_combos, never inside a key.
-        key = {n: self._tie.get(n, n) for n in dims}
+        key = {n: ("group", self._tie[n]) if n in self._tie else n for n in dims}
         nodes, keys = [], []
         for g in groups:
             piece, seen, size = [], [], 1
@@ -438,8 +438,9 @@ class Tofu:
         history, exact = [], True
         for t in range(len(nodes)):
             total = cost[:, None] + internal[t][None, :]
+            column = {f: j for j, f in enumerate(frontier)}
             for e, pe, pt, m in cross[t]:
-                ce = combos[e][state[:, frontier.index(e)], pe]
+                ce = combos[e][state[:, column[e]], pe]
                 total = total + m[ce[:, None], combos[t][:, pt][None, :]]
             n_states, n_combos = total.shape
             par = np.repeat(np.arange(n_states), n_combos)
@@ -447,25 +448,24 @@ class Tofu:
             tot = total.ravel()
             new_frontier = [f for f in frontier if last_use[f] > t] + \
                 ([t] if last_use[t] > t else [])
-            cols = [state[par, frontier.index(f)] for f in new_frontier if f != t]
-            if t in new_frontier:
-                cols.append(com)
-            if cols:
-                keys = np.column_stack(cols)
-                _, inverse = np.unique(keys, axis=0, return_inverse=True)
-                inverse = inverse.ravel()
-                order = np.lexsort((tot, inverse))
-                first = np.ones(order.size, dtype=bool)
-                first[1:] = inverse[order][1:] != inverse[order][:-1]
-                sel = order[first]
-            else:
-                keys = np.zeros((tot.size, 0), dtype=np.int64)
-                sel = np.array([int(np.argmin(tot))])
+            # A candidate's new state: its parent's state on the groups that stay,
+            # and its own choice if it stays; keep the cheapest per state.
+            proj = np.ascontiguousarray(state[:, [column[f] for f in new_frontier if f != t]])
+            ids = {}
+            pid = np.fromiter((ids.setdefault(row.tobytes(), len(ids)) for row in proj),
+                              dtype=np.int64, count=n_states)
+            stays = t in new_frontier
+            code = pid[par] * n_combos + com if stays else pid[par]
+            order = np.lexsort((tot, code))
+            first = np.ones(order.size, dtype=bool)
+            first[1:] = code[order][1:] != code[order][:-1]
+            sel = order[first]
             if sel.size > self.beam:
                 exact = False
                 sel = sel[np.argsort(tot[sel], kind="stable")[:self.beam]]
             history.append((par[sel], com[sel]))
-            state, cost, frontier = keys[sel], tot[sel], new_frontier
+            state = np.column_stack([proj[par[sel]]] + ([com[sel]] if stays else []))
+            cost, frontier = tot[sel], new_frontier
         best = int(np.argmin(cost))
         total_bytes = float(cost[best])
         picked = [0] * len(nodes)
