@@ -16,6 +16,7 @@ Run::
 
     python -m experiments.strategies                       # six networks, batch 32
     python -m experiments.strategies --models vgg16 --devices 2 --batch 8
+    python -m experiments.strategies --coverage            # op types described / kept whole
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from experiments.common import (COST_MODEL_NOTE, RESULTS, MODELS, device_names, gpu_cluster,
-                                load_model, matplotlib_agg, save_csv_and_plot, schedule_peak)
+from experiments.common import (COST_MODEL_NOTE, MODELS, RESULTS, device_names, ensure_parent,
+                                gpu_cluster, load_model, matplotlib_agg, save_csv_and_plot,
+                                schedule_peak)
 
 STRATEGIES = ("data_parallel", "parameter_split", "mixed")
 
@@ -35,8 +37,12 @@ STRATEGIES = ("data_parallel", "parameter_split", "mixed")
 def _plot(df, png):
     plt = matplotlib_agg()
     models = list(dict.fromkeys(df["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3.2), squeeze=False)
-    for ax, model in zip(axes[0], models):
+    cols = min(3, len(models))
+    rows_ = -(-len(models) // cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(3.6 * cols, 3.0 * rows_), squeeze=False)
+    for ax in axes.ravel()[len(models):]:
+        ax.set_visible(False)
+    for ax, model in zip(axes.ravel(), models):
         sub = df[df["model"] == model]
         for strategy, rows in sub.groupby("strategy", sort=False):
             if strategy == "one device":
@@ -45,8 +51,8 @@ def _plot(df, png):
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("P100s (simulated)")
-        ax.set_xticks(sorted(set(sub["devices"])))
-    axes[0][0].set_ylabel("speed-up over one device")
+        ax.set_xticks(sorted(set(sub["devices"]) - {1}))
+        ax.set_ylabel("speed-up over one device")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
@@ -95,6 +101,30 @@ def run(models, batch, device_counts, algorithms=("fddps",), dataset="cifar10"):
     return pd.DataFrame(rows)
 
 
+def coverage_table(models, batch=2, dataset="cifar10") -> pd.DataFrame:
+    """Op types of each network's training step: ops described (splittable) / kept whole.
+
+    One row per op type: ``described`` and ``kept_whole`` summed over the
+    models, a ``<model>`` column of ``described/total`` per model, and the
+    most common reason an op of the type is kept whole.
+    """
+    import slim_models
+    from fddps.strategy import coverage
+    from fddps.tf.strategy_graph import step_graph
+
+    per_model = {}
+    for model in models:
+        m = slim_models.build_training_graph(model, batch, dataset=dataset)
+        per_model[model] = coverage(step_graph(m.graph_def, [m.train_op.name, m.loss.name]))
+    total = pd.concat(per_model.values()).groupby("op_type").agg(
+        ops=("ops", "sum"), described=("described", "sum"), kept_whole=("kept_whole", "sum"),
+        reason=("reason", lambda r: max(r, key=len)))
+    for model, table in per_model.items():
+        t = table.set_index("op_type")
+        total[model] = [f"{t.described[o]}/{t.ops[o]}" if o in t.index else "" for o in total.index]
+    return total.sort_values("ops", ascending=False).reset_index()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS))
@@ -103,8 +133,15 @@ def main(argv=None):
     p.add_argument("--algorithms", default="fddps",
                    help="comma-separated fddps algorithms to compare ('' for none)")
     p.add_argument("--out", default=str(RESULTS / "strategies.csv"))
+    p.add_argument("--coverage", action="store_true",
+                   help="print the op-type coverage table (described / kept whole) and stop")
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
+    if args.coverage:
+        table = coverage_table(models)
+        print(table.to_string(index=False))
+        table.to_csv(ensure_parent(RESULTS / "strategy_coverage.csv"), index=False)
+        return table
     counts = [int(k) for k in args.devices.split(",")]
     algorithms = [a for a in args.algorithms.split(",") if a]
     df = run(models, args.batch, counts, algorithms)

@@ -1,6 +1,7 @@
 """fddps.strategy: op descriptions, strategies, validation, expansion to the task graph."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from costmodel import default_cost_model
@@ -123,9 +124,10 @@ def test_data_parallel_reduces_every_weight_gradient_once_per_other_device(vgg, 
     assert reduced == pytest.approx((k - 1) * grads, rel=1e-3)
     # Each sample part's time is the cost model's at its own shape.
     conv = next(n for n, op in vgg.ops.items() if op.op_type == "Conv2D")
-    whole = cm.op_times(ex.rows.iloc[:0].__class__([dict(op_type="Conv2D", flops=vgg.ops[conv].flops,
-                        input_bytes=vgg.ops[conv].input_bytes,
-                        output_bytes=vgg.ops[conv].output_bytes)]), "GPU")[0]
+    op = vgg.ops[conv]
+    whole = cm.op_times(pd.DataFrame([dict(op_type="Conv2D", flops=op.flops,
+                                           input_bytes=op.input_bytes,
+                                           output_bytes=op.output_bytes)]), "GPU")[0]
     part_costs = [g.cost[g.index[t], 0] for t in ex.tasks[conv]]
     assert len(part_costs) == k and all(c < whole for c in part_costs) and sum(part_costs) > whole
     timeline = ex.simulate(cluster)

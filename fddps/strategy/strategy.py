@@ -216,12 +216,19 @@ def _group_devices(step, devices):
 
 
 def _split_where(step, devices, choose, name) -> Strategy:
-    """Ops whole on their group's device (or the first); ``choose(op, dims)`` -> {dim: factor}."""
+    """``choose(op, dims) -> {dim: factor}`` splits ops over the first devices; whole ops
+    go where their data is.
+
+    A whole op bound to a colocation group runs on the group's device
+    (variables spread by bytes); another whole op follows its first input's
+    producer (its first part), and an op without inputs (a constant) its first
+    consumer, so that work on a variable stays on the variable's device
+    instead of piling onto the first device.
+    """
     devices = list(devices)
     group_dev = _group_devices(step, devices)
-    configs = {}
+    configs, sourceless = {}, []
     for op in step.ops.values():
-        home = group_dev.get(op.group, devices[0]) if op.tied else devices[0]
         split = {}
         if not op.tied:
             try:
@@ -229,7 +236,25 @@ def _split_where(step, devices, choose, name) -> Strategy:
             except NotDescribed:
                 split = {}
         n = int(np.prod(list(split.values()), dtype=np.int64)) if split else 1
-        configs[op.name] = OpConfig(split, tuple(devices[:n]) if n > 1 else (home,))
+        if n > 1:
+            configs[op.name] = OpConfig(split, tuple(devices[:n]))
+            continue
+        if op.tied and op.group is not None:
+            home = group_dev.get(op.group, devices[0])
+        elif op.inputs:
+            home = configs[op.inputs[0][0]].devices[0]
+        else:
+            home = devices[0]
+            sourceless.append(op.name)
+        configs[op.name] = OpConfig({}, (home,))
+    first_consumer = {}
+    for op in step.ops.values():
+        for src, _ in op.inputs:
+            first_consumer.setdefault(src, op.name)
+    for name_ in sourceless:
+        consumer = first_consumer.get(name_)
+        if consumer is not None:
+            configs[name_] = OpConfig({}, (configs[consumer].devices[0],))
     return Strategy(configs, devices[0], name=name)
 
 

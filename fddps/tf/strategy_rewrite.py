@@ -25,9 +25,10 @@ assembled once and sliced (``Slice``, cached per box and device).
 ``Mean`` parts split along a reduced axis compute ``Sum`` of their box times
 ``1 / count`` of the whole, so that the partial results add up to the mean.
 
-Not yet written (a clear :class:`~fddps.strategy.StrategyError` names the
-op): batch norm split along its statistics dimensions (sample, height,
-width), and split variables (``VarHandleOp``, ``ReadVariableOp``, optimizer
+Batch norm split by sample reduces its statistics across the parts
+(:func:`_write_batch_norm`). Not yet written (a clear
+:class:`~fddps.strategy.StrategyError` names the op): batch norm split by
+height or width, and split variables (``VarHandleOp``, ``ReadVariableOp``, optimizer
 updates): variables stay whole on their devices.
 
 Step nodes lose their ``_class`` colocation attribute (a split op's name now
@@ -37,13 +38,12 @@ they are. The user's GraphDef is never modified.
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 
 from ..strategy.ops import NotDescribed, resolve
 from ..strategy.strategy import StrategyError, parts, validate
-from .graphdef import _parse_input, _tf, analyse
+from .graphdef import _tf, analyse
 from .split_rewrite import _const
 from .strategy_graph import step_graph
 
@@ -172,6 +172,154 @@ def _box(axes, shape, pbox):
     return tuple(pbox[d] if d is not None else (0, s) for d, s in zip(axes, shape))
 
 
+def _node(name, op, inputs, device, dtype=None, **attrs):
+    """A NodeDef: ``T`` = ``dtype``; other attributes as bool, int, float, str or dtype."""
+    tf = _tf()
+    node = tf.compat.v1.NodeDef(name=name, op=op, device=device)
+    node.input.extend(inputs)
+    if dtype is not None:
+        node.attr["T"].type = dtype.as_datatype_enum
+    for key, value in attrs.items():
+        if isinstance(value, bool):
+            node.attr[key].b = value
+        elif isinstance(value, int):
+            node.attr[key].i = value
+        elif isinstance(value, float):
+            node.attr[key].f = value
+        elif isinstance(value, str):
+            node.attr[key].s = value.encode()
+        else:
+            node.attr[key].type = value.as_datatype_enum
+    return node
+
+
+def _sum_nhw(w, name, x, device, dtype):
+    """Per-channel sum over the sample, height and width axes (NHWC)."""
+    tf = _tf()
+    axes = w.const(f"{name}/axes", [0, 1, 2], tf.int32, device)
+    w.add(_node(name, "Sum", [x, axes], device, dtype, Tidx=tf.int32, keep_dims=False))
+    return name
+
+
+def _scaled(w, name, x, factor, device, dtype):
+    w.add(_node(name, "Mul", [x, w.const(f"{name}/factor", factor, dtype, device)], device, dtype))
+    return name
+
+
+def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
+    """Batch norm split by sample (and channel): statistics reduced across the parts.
+
+    Forward: the mean is the sum of the parts' sums over N = n*h*w; the
+    variance likewise from the parts' sums of squared deviations from that
+    mean (two passes, as the fused kernel); each part then normalises with
+    ``FusedBatchNormV3(is_training=False)`` at those statistics. Outputs 1-4
+    are what the training kernel returns: the mean, the variance with
+    Bessel's correction, the mean, the biased variance. Backward: each part
+    forms x-hat, the sums of dy and dy * x-hat are reduced across the parts
+    (they are ``offset_backprop`` and ``scale_backprop``), and
+    ``dx = scale * rsqrt(var + eps) * (dy - sum(dy)/N - x-hat * sum(dy*x-hat)/N)``.
+    Returns per output the part entries ``[(tensor, box, device)]`` and the part names.
+    """
+    tf = _tf()
+    if any(cfg.split.get(d, 1) > 1 for d in ("h", "w")):
+        raise StrategyError(f"op {name!r} ({op.op_type}): splitting its height or width is not "
+                            "written into GraphDefs yet (split n and c)")
+    grad = op.op_type == "FusedBatchNormGradV3"
+    n, h, w_, c = op.input_shapes[0]
+    count = float(n * h * w_)
+    dtype = tf_op.inputs[0].dtype
+    eps = float(node_def.attr["epsilon"].f)
+    all_parts = parts(op, cfg, dims)
+    groups = {}
+    for p in all_parts:
+        groups.setdefault(p.box["c"], []).append(p)
+    outs = [[] for _ in op.output_shapes]
+    names = []
+    for cg, members in groups.items():
+        home = members[0].device
+        base = f"{name}/fddps_stats_{cg[0]}"
+        chan = ((cg[0], cg[1]),)
+
+        def read(k, p, box):
+            src, port = op.inputs[k]
+            return w.read(src, port, box, p.device, op.input_shapes[k])
+
+        def box_of(p):
+            return tuple(p.box[d] for d in "nhwc")
+
+        empty = [w.const(f"{base}/empty_{k}", np.zeros(s if s and None not in s else (0,)),
+                         tf_op.outputs[k].dtype, home)
+                 for k, s in enumerate(op.output_shapes) if not isinstance(dims.outputs[k], tuple)]
+        if not grad:
+            sums = [_sum_nhw(w, f"{name}/fddps_part_{p.index}/sum", read(0, p, box_of(p)), p.device,
+                             dtype) for p in members]
+            w.add(_node(f"{base}/sum", "AddN", sums, home, dtype, N=len(sums)))
+            mean = _scaled(w, f"{base}/mean", f"{base}/sum", 1.0 / count, home, dtype)
+            sq = []
+            for p in members:
+                pre = f"{name}/fddps_part_{p.index}"
+                w.add(_node(f"{pre}/dev", "Sub", [read(0, p, box_of(p)), mean], p.device, dtype))
+                w.add(_node(f"{pre}/sq", "Square", [f"{pre}/dev"], p.device, dtype))
+                sq.append(_sum_nhw(w, f"{pre}/sqsum", f"{pre}/sq", p.device, dtype))
+            w.add(_node(f"{base}/sqsum", "AddN", sq, home, dtype, N=len(sq)))
+            var = _scaled(w, f"{base}/var", f"{base}/sqsum", 1.0 / count, home, dtype)
+            unbiased = _scaled(w, f"{base}/var_unbiased", var, count / max(count - 1.0, 1.0),
+                               home, dtype)
+            for p in members:
+                pname = f"{name}/fddps_part_{p.index}"
+                part = _tf().compat.v1.NodeDef()
+                part.CopyFrom(node_def)
+                part.name, part.device = pname, p.device
+                part.attr.pop("_class", None)
+                part.attr["is_training"].b = False
+                del part.input[:]
+                part.input.extend([read(0, p, box_of(p)), read(1, p, chan), read(2, p, chan),
+                                   mean, var])
+                w.add(part)
+                names.append(pname)
+                outs[0].append((pname, box_of(p), p.device))
+            stats = [mean, unbiased, mean, var]
+        else:
+            mean, var = read(3, members[0], chan), read(4, members[0], chan)
+            w.add(_node(f"{base}/var_eps", "AddV2",
+                        [var, w.const(f"{base}/eps", eps, dtype, home)], home, dtype))
+            w.add(_node(f"{base}/inv", "Rsqrt", [f"{base}/var_eps"], home, dtype))
+            inv = f"{base}/inv"
+            xhat, dsum, dxsum = {}, [], []
+            for p in members:
+                pre = f"{name}/fddps_part_{p.index}"
+                dy = read(0, p, box_of(p))
+                w.add(_node(f"{pre}/centred", "Sub", [read(1, p, box_of(p)), mean], p.device, dtype))
+                w.add(_node(f"{pre}/xhat", "Mul", [f"{pre}/centred", inv], p.device, dtype))
+                w.add(_node(f"{pre}/dy_xhat", "Mul", [dy, f"{pre}/xhat"], p.device, dtype))
+                xhat[p.index] = f"{pre}/xhat"
+                dsum.append(_sum_nhw(w, f"{pre}/dy_sum", dy, p.device, dtype))
+                dxsum.append(_sum_nhw(w, f"{pre}/dy_xhat_sum", f"{pre}/dy_xhat", p.device, dtype))
+            w.add(_node(f"{base}/offset_grad", "AddN", dsum, home, dtype, N=len(dsum)))
+            w.add(_node(f"{base}/scale_grad", "AddN", dxsum, home, dtype, N=len(dxsum)))
+            mean_dy = _scaled(w, f"{base}/mean_dy", f"{base}/offset_grad", 1.0 / count, home, dtype)
+            mean_dyx = _scaled(w, f"{base}/mean_dy_xhat", f"{base}/scale_grad", 1.0 / count, home,
+                               dtype)
+            w.add(_node(f"{base}/gain", "Mul", [read(2, members[0], chan), inv], home, dtype))
+            for p in members:
+                pre = f"{name}/fddps_part_{p.index}"
+                dy = read(0, p, box_of(p))
+                w.add(_node(f"{pre}/dy_centred", "Sub", [dy, mean_dy], p.device, dtype))
+                w.add(_node(f"{pre}/xhat_term", "Mul", [xhat[p.index], mean_dyx], p.device, dtype))
+                w.add(_node(f"{pre}/inner", "Sub", [f"{pre}/dy_centred", f"{pre}/xhat_term"],
+                            p.device, dtype))
+                w.add(_node(pre, "Mul", [f"{pre}/inner", f"{base}/gain"], p.device, dtype))
+                names.append(pre)
+                outs[0].append((pre, box_of(p), p.device))
+            stats = [f"{base}/scale_grad", f"{base}/offset_grad"]
+        for k, t in enumerate(stats, start=1):
+            outs[k].append((t, chan, home))
+        for k, t in zip([k for k in range(len(op.output_shapes))
+                         if not isinstance(dims.outputs[k], tuple)], empty):
+            outs[k].append((t, (), home))
+    return outs, names
+
+
 def rewrite_strategy(graph_def, strategy, fetches, devices=None):
     """A GraphDef that runs ``strategy``: the same loss and updates as ``graph_def``.
 
@@ -233,14 +381,13 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None):
             dims = resolve(op)
         except NotDescribed as why:  # validate() has caught this; keep the message if not
             raise StrategyError(f"op {name!r} ({op.op_type}) cannot be split: {why}") from None
-        if any(cfg.split.get(d, 1) > 1 for d in dims.stats):
-            raise StrategyError(f"op {name!r} ({op.op_type}): splitting its statistics "
-                                f"dimensions ({', '.join(sorted(dims.stats))}) is not written "
-                                "into GraphDefs yet")
         partial = any(cfg.split.get(d, 1) > 1 for d in dims.reduction)
         names, outs = [], [[] for _ in op.output_shapes]
         tf_op = analysis.graph.get_operation_by_name(name)
-        for p in parts(op, cfg, dims):
+        stats_split = any(cfg.split.get(d, 1) > 1 for d in dims.stats)
+        if stats_split:
+            outs, names = _write_batch_norm(w, name, op, cfg, dims, tf_op, original)
+        for p in ([] if stats_split else parts(op, cfg, dims)):
             pname = f"{name}/fddps_part_{p.index}"
             node = tf.compat.v1.NodeDef()
             node.CopyFrom(original)
