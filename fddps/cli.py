@@ -99,13 +99,13 @@ def _load_graph(args):
         t0 = time.perf_counter()
         try:
             options = slim_models.parse_model_options(getattr(args, "model_option", None))
-            if slim_models.SPECS[args.model].inputs == "images":
+            inputs = ", ".join(f"{k} {v}" for k, v in
+                               slim_models.resolved_options(args.model, **options).items()
+                               if v is not None)
+            if slim_models.SPECS[args.model].inputs == "images":  # word ids have no image size
                 options.update(image_size=args.image_size, num_classes=args.num_classes)
-                inputs = f"{args.image_size}x{args.image_size} inputs"
-            else:  # word ids: no image size or classes
-                inputs = ", ".join(f"{k} {v}" for k, v in
-                                   slim_models.resolved_options(args.model, **options).items()
-                                   if v is not None)
+                inputs = ", ".join(filter(None, [inputs, f"{args.image_size}x{args.image_size} "
+                                                         "inputs"]))
             m = slim_models.build_training_graph(args.model, args.batch_size, **options)
         except ValueError as err:
             raise CommandError(f"--model {args.model}: {err}") from None

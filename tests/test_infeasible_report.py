@@ -4,6 +4,7 @@ fallback reserving memory + transient bytes) and its device."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import fddps
@@ -66,6 +67,7 @@ def wide_resnet_graph():
     return graph, cm, devices, float(alone.peak_memory().max())
 
 
+@pytest.mark.slow  # builds and reads a 2.7k-op step
 @pytest.mark.parametrize("algorithm", ["fddps", "heft", "etf"])
 def test_a_wide_resnet_on_small_devices_reports_its_smallest_peak(wide_resnet_graph, algorithm):
     from fddps.tf import make_cluster
@@ -89,3 +91,42 @@ def test_a_wide_resnet_on_small_devices_reports_its_smallest_peak(wide_resnet_gr
     text = str(e)
     assert f"smallest per-device peak reached is {e.needed:.6g} bytes on {e.device!r}" in text
     assert "reserving memory + transient bytes made no schedule" in text
+
+
+def _with_activations(g):
+    """``g`` with each op's largest output as its transient bytes (the generator's
+    graphs hold only persistent memory, so no peak could overflow)."""
+    out = np.zeros(g.num_ops)
+    np.maximum.at(out, g.src, g.bytes)
+    edges = [(g.names[s], g.names[d], b)
+             for s, d, b in zip(g.src.tolist(), g.dst.tolist(), g.bytes.tolist())]
+    return OpGraph(g.names, g.cost, edges, memory=g.memory, transient=out,
+                   colocation=g.colocation)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_on_random_training_graphs_the_report_is_the_best_attempt(algorithm):
+    from fddps.generators import training_graph
+
+    refused = 0
+    for seed in range(4):
+        g = _with_activations(training_graph(40, seed=seed))
+        alone = fddps.schedule(g, Cluster([Device("d0", memory=float("inf"))]), "single")
+        for m, frac in ((2, 0.4), (3, 0.3)):
+            capacity = frac * float(alone.peak_memory().max())
+            c = Cluster([Device(f"d{k}", memory=capacity) for k in range(m)], bandwidth=1e9,
+                        latency=1e-5)
+            try:
+                fddps.schedule(g, c, algorithm)
+            except InfeasibleError as e:
+                if not e.attempts:  # no schedule was made at all
+                    continue
+                refused += 1
+                made = [a for a in (_attempt(algorithm, g, c, False),
+                                    _attempt(algorithm, g, c, True))
+                        if a not in (None, "no schedule")]
+                best = min(made, key=lambda a: a[1] - a[2])
+                assert (e.device, e.needed, e.available) == best
+                assert e.needed > e.available == capacity
+                assert sorted(a[1:] for a in e.attempts) == sorted(made)
+    assert refused > 0
