@@ -157,21 +157,6 @@ def wide_resnet():
                                 width=0.25)
 
 
-def _train(gd, model):
-    raw = tf.raw_ops
-    config = tf.compat.v1.ConfigProto(device_count={"CPU": 4}, allow_soft_placement=False,
-                                      inter_op_parallelism_threads=2,
-                                      intra_op_parallelism_threads=1)
-    with tf.Graph().as_default() as graph:
-        tf.graph_util.import_graph_def(gd, name="")
-        reads = [raw.ReadVariableOp(resource=graph.get_tensor_by_name(v.name),
-                                    dtype=v.dtype.base_dtype) for v in model.trainable_variables]
-        with tf.compat.v1.Session(graph=graph, config=config) as sess:
-            sess.run(model.init_op.name)
-            loss = sess.run([model.train_op.name, model.loss.name])[1]
-            return [sess.run(model.loss.name), loss], sess.run(reads)
-
-
 def _wide_mlp(batch=32, widths=(256, 512, 512, 512, 512, 512, 512, 10)):
     """A tanh MLP training step (smooth: rounding differences stay rounding-sized)."""
     g = tf.Graph()
@@ -201,7 +186,7 @@ def _run_steps(gd, fetches, init, variables, steps=2):
     with tf.Graph().as_default() as graph:
         tf.graph_util.import_graph_def(gd, name="")
         reads = [tf.raw_ops.ReadVariableOp(resource=graph.get_tensor_by_name(v.name),
-                                           dtype=tf.float32) for v in variables]
+                                           dtype=v.dtype.base_dtype) for v in variables]
         with tf.compat.v1.Session(graph=graph, config=config) as sess:
             sess.run(init)
             losses = [sess.run(fetches)[1] for _ in range(steps)]
@@ -217,7 +202,7 @@ def test_model_over_one_device_fits_under_tofu_and_trains_the_same(cm):
     step = step_graph(gd, fetches)
     weights = sum(op.param_bytes for op in step.ops.values())
     single = simulate_strategy(step, Strategy({}, CPUS[0]), cm.cluster(CPUS[:1]), cm)
-    capacity = 0.45 * float(single.peak_memory.max())
+    capacity = 0.55 * float(single.peak_memory.max())
     assert capacity < weights  # the weights and momentum slots alone exceed one device
     with pytest.raises(InfeasibleError, match="smallest per-device peak"):
         fddps.place(gd, CPUS[:1], cost_model=cm, memory=capacity, fetches=fetches,
@@ -257,15 +242,17 @@ def test_wide_resnet_over_one_device_fits_under_tofu_and_computes_the_same(wide_
     assert (p.peak_memory.to_numpy() > 0).all()
     before = tf.compat.v1.GraphDef()
     before.CopyFrom(model.graph_def)
-    ref_loss, ref_vars = _train(model.graph_def, model)
-    loss, got = _train(p.graph_def, model)
+    run = dict(fetches=fetches, init=model.init_op.name, variables=model.trainable_variables,
+               steps=1)
+    ref_loss, ref_vars = _run_steps(model.graph_def, **run)
+    loss, got = _run_steps(p.graph_def, **run)
     # The step's loss (computed before the update) agrees to rounding. The plan splits
     # convolutions along input channels (partial sums added in another order), so ReLU
     # masks of activations within rounding of zero can flip and the updated variables
     # differ by more than rounding: bounded here at 2% of each variable's largest
     # entry (a wrong split moves them by its own size). The tanh MLP test above
     # checks updates at rtol 1e-5 where no such masks amplify the rounding.
-    np.testing.assert_allclose(loss[1], ref_loss[1], rtol=1e-5)
+    np.testing.assert_allclose(loss, ref_loss, rtol=5e-5)  # 53 layers of reordered sums
     for v, want, have in zip(model.trainable_variables, ref_vars, got):
         assert np.abs(have - want).max() <= 0.02 * np.abs(want).max(), v.name
     assert model.graph_def == before
