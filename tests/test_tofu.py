@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from costmodel import default_cost_model
@@ -121,7 +121,7 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 
 @SETTINGS
 @given(seed=st.integers(0, 10_000), k=st.sampled_from([2, 3, 4, 8]),
-       batch=st.integers(1, 64), layers=st.integers(1, 4), squeeze=st.floats(0.05, 1.5))
+       batch=st.integers(1, 64), layers=st.integers(1, 4), squeeze=st.floats(0.2, 1.2))
 def test_recursive_partition_never_reports_success_over_capacity(seed, k, batch, layers, squeeze):
     """Random MLP steps and capacities: success means every simulated peak fits."""
     rng = np.random.default_rng(seed)
@@ -130,14 +130,16 @@ def test_recursive_partition_never_reports_success_over_capacity(seed, k, batch,
     cm = default_cost_model("p100")
     devs = GPUS[:k]
     one = simulate_strategy(step, Strategy({}, devs[0]), cm.cluster(devs), cm)
-    capacity = float(one.peak_memory.max()) * squeeze / k * 2
+    capacity = float(one.peak_memory.max()) * squeeze
     cluster = cm.cluster(devs, memory=capacity)
     try:
         plan = Tofu(beam=int(rng.integers(1, 64))).search(step, cluster, cm)
     except InfeasibleError as err:
+        event("infeasible")
         assert err.device in devs and err.needed > err.available == pytest.approx(capacity)
         assert err.attempts and "smallest per-device peak" in str(err)
         return
+    event("fits")
     validate(plan.strategy, step, devs)
     peaks = simulate_strategy(step, plan.strategy, cluster, cm).peak_memory
     assert (peaks.to_numpy() <= capacity * (1 + 1e-9)).all()
@@ -193,6 +195,7 @@ def _run_steps(gd, fetches, init, variables, steps=2):
             return losses, sess.run(reads)
 
 
+@pytest.mark.slow
 def test_model_over_one_device_fits_under_tofu_and_trains_the_same(cm):
     import fddps
     from fddps.tf.strategy_graph import step_graph
@@ -259,6 +262,7 @@ def test_wide_resnet_over_one_device_fits_under_tofu_and_computes_the_same(wide_
     assert {n.device for n in p.graph_def.node if "/fddps_part_" in n.name} == set(CPUS)
 
 
+@pytest.mark.slow
 def test_tofu_infeasible_names_the_smallest_peak_and_its_device(wide_resnet, cm):
     from fddps.tf.strategy_graph import step_graph
 
