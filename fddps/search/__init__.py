@@ -4,7 +4,8 @@
 - :mod:`.space`: decision units, their configurations, the baseline strategies;
 - :mod:`.flexflow`: FlexFlow's Metropolis-Hastings search (``"flexflow"``);
 - :mod:`.pase`: the exact vertex-elimination DP for an additive cost (``"pase"``);
-- :mod:`.auto`: the best of the baselines and both searches in a time budget (``"auto"``).
+- :mod:`.auto`: the best of the baselines and both searches in a time budget (``"auto"``);
+- :mod:`.tofu`: Tofu's recursive partitioning (EuroSys 2019, Section 5; ``place(..., algorithm="tofu")``).
 
 :func:`get_search` builds one by name; :func:`search` runs one.
 """

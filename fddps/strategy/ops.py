@@ -198,7 +198,8 @@ _NHWC = (("data_format", "NHWC"),)
 _TRAINING = (("is_training", True),)
 ELEMENTWISE_OPS = ("Relu", "ReluGrad", "Relu6", "Mul", "Sub", "AddV2", "Add", "AddN", "RealDiv",
                    "Neg", "Floor", "FloorMod", "GreaterEqual", "SelectV2", "Identity",
-                   "Maximum", "Minimum", "Square", "Sqrt", "Rsqrt", "Tanh", "Sigmoid", "Cast")
+                   "Maximum", "Minimum", "Square", "Sqrt", "Rsqrt", "Tanh", "Sigmoid", "Cast",
+                   "TanhGrad", "SigmoidGrad")
 for _d in (
     OpDescription("Conv2D", ("n..i", "..io"), ("n..o",), _NHWC,
                   note="sample n, output channels o (parameter), input channels i (reduction)"),

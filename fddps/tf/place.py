@@ -472,6 +472,11 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         placement, the DP and FlexFlow's MCMC that fits, within ``time_budget``
         seconds), ``"flexflow"`` or ``"pase"``; ``options`` then go to the search
         (:mod:`fddps.search`) and ``override``/``enforce_order`` are not used.
+        ``"tofu"`` runs Tofu's recursive partitioning of every op
+        (:class:`fddps.search.tofu.Tofu`, ``options`` passed to it), written as a
+        strategy (:func:`fddps.tf.strategy_rewrite.place_strategy`); it raises
+        :class:`InfeasibleError` when its plan's simulated peak exceeds a
+        device's capacity.
     memory : float or mapping, optional
         Device capacity in bytes, for all devices or by device string or type;
         see :mod:`fddps.tf.devices` for the defaults.
@@ -559,6 +564,8 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         return place_searched(graph_def, devices, algorithm,
                               _default_cost_model() if cost_model is None else cost_model,
                               memory, fetches=fetches, unknown_dim=unknown_dim, **options)
+    if strategy is None and algorithm == "tofu":
+        return _place_tofu(graph_def, devices, cost_model, memory, fetches, unknown_dim, options)
     if strategy is not None:
         from .strategy_rewrite import place_strategy
 
@@ -620,6 +627,23 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
                 cost_model=repr(cost_model), splits=len(decisions),
                 split_nodes_added=len(out.node) - len(analysis.graph_def.node))
     return Placement(out, schedule, cluster, analysis.table, info)
+
+
+def _place_tofu(graph_def, devices, cost_model, memory, fetches, unknown_dim, options):
+    """:func:`place` with ``algorithm="tofu"``: search the plan, check its peak, write it."""
+    from ..search.tofu import Tofu
+    from .strategy_graph import step_graph
+    from .strategy_rewrite import place_strategy
+
+    cost_model = _default_cost_model() if cost_model is None else cost_model
+    analysis = analyse(graph_def, unknown_dim)
+    cluster = make_cluster(devices, cost_model, memory)
+    plan = Tofu(**options).search(step_graph(analysis, fetches), cluster, cost_model)
+    placement = place_strategy(analysis, cluster, plan.strategy, cost_model, memory,
+                               fetches=fetches, unknown_dim=unknown_dim)
+    placement.info.update(algorithm="tofu", search_seconds=plan.search_seconds,
+                          comm_bytes=plan.comm_bytes, tofu_plan=plan)
+    return placement
 
 
 class Placement:

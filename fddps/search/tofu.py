@@ -1,0 +1,524 @@
+"""Tofu's partitioning (Wang et al., EuroSys 2019, Section 5) over :mod:`fddps.strategy`.
+
+Tofu trains models too large for one device by partitioning every operator
+so each device holds a share. Its search, as implemented here:
+
+1. **Coarsen** the step (its Section 5.1): each forward op forms a group with
+   its gradient ops (TensorFlow names them ``gradients/<forward op>_grad/...``);
+   an element-wise op with one searchable producer joins that producer's
+   group (consecutive element-wise ops share a partition). A group whose
+   members have more joint choices than ``max_combos`` is cut into
+   consecutive pieces.
+2. **Recursively partition** the device set (Section 5.2): ``k`` devices are
+   factorised ``k = k_1 * k_2 * ...`` (largest first; halves for powers of
+   two). At level ``i`` every searchable op picks one dimension of its
+   iteration domain (:func:`fddps.strategy.resolve`) to split ``k_i`` ways
+   within its current part, by dynamic programming over the coarse groups in
+   forward order that minimises the bytes the level communicates. Ops keep
+   their earlier splits, so a dimension picked twice is split ``k_i*k_j`` ways
+   and two dimensions make a grid. Part ``j`` of a level goes to the ``j``-th
+   ``1/k_i`` of the current device group.
+3. The plan is a :class:`~fddps.strategy.Strategy`; :meth:`Tofu.search`
+   expands and simulates it (:func:`fddps.strategy.simulate_strategy`) and
+   accepts it only when every device's replayed peak memory is within its
+   capacity (memory is the constraint: the point is that the model fits).
+
+The DP: coarse groups in order; a state is a joint choice of the groups on
+the frontier (processed groups with an unprocessed neighbour); adding a group
+adds, for each of its joint choices, the bytes of its internal edges and its
+edges to frontier groups. On a linear coarsened graph (Tofu's case: MLPs,
+CNNs, a chain of coalesced RNN layers) the frontier is one group and the DP is
+exact; wider frontiers (residual blocks, unrolled time steps) keep the
+``beam`` cheapest states (:attr:`TofuPlan.exact` says whether any were dropped).
+
+Bytes per edge at one level, for a tensor of ``S`` bytes (its producer's
+current part) and ``k`` groups: producer and consumer split along the same
+axis: 0; different axes: ``S (1 - 1/k)``; the consumer needs it whole in every
+group (it split a dimension the tensor lacks: a weight under a sample split):
+``S (k - 1)``; the consumer is one part (not split, or kept whole):
+``S (k - 1)/k``; a producer split along a reduction (partial sums) sends
+``S (k - 1)`` to a split consumer (reduce-scatter), ``S k (k - 1)`` to one needing
+it whole everywhere (all-reduce) and ``S (k - 1)`` to one part (reduce).
+
+What is kept whole: variables, their reads and updates (the TensorFlow
+rewrite does not write split variables yet; they are spread over the devices
+by bytes as :func:`fddps.strategy.data_parallel` does); ops without a
+description (on the device of their first input's first part); with
+``writable=True`` (default) batch norm is not split along its statistics
+dimensions (the rewrite refuses those too).
+
+Example
+-------
+>>> from costmodel import default_cost_model
+>>> from fddps.strategy.graph import OpInfo, StepGraph
+>>> f4 = dict(input_itemsizes=(4, 4), output_itemsizes=(4,))
+>>> g = StepGraph([OpInfo("x", "Const", output_shapes=((8, 64),), output_itemsizes=(4,),
+...                       output_bytes=2048.0),
+...                OpInfo("w", "Const", output_shapes=((64, 4096),), output_itemsizes=(4,),
+...                       output_bytes=1048576.0),
+...                OpInfo("y", "MatMul", inputs=(("x", 0), ("w", 0)),
+...                       input_shapes=((8, 64), (64, 4096)), output_shapes=((8, 4096),),
+...                       flops=4.2e6, output_bytes=131072.0, **f4),
+...                OpInfo("z", "Relu", inputs=(("y", 0),), input_shapes=((8, 4096),),
+...                       output_shapes=((8, 4096),), input_itemsizes=(4,), output_itemsizes=(4,),
+...                       output_bytes=131072.0)])
+>>> cm = default_cost_model("p100")
+>>> plan = Tofu().search(g, cm.cluster(["/gpu:0", "/gpu:1"]), cm)
+>>> plan.strategy.config("y").split  # the weight outweighs the activations: split by column
+{'c': 2}
+>>> plan.strategy.config("z").split, plan.levels[0]["bytes"]  # half of w moves, and all of x
+({'c': 2}, 526336.0)
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InfeasibleError
+from ..strategy import NotDescribed, OpConfig, Strategy, data_parallel, resolve, simulate_strategy
+from ..strategy.ops import ELEMENTWISE_OPS
+
+_GRADIENT = re.compile(r"^gradients(?:_\d+)?/")
+
+
+@dataclass
+class TofuPlan:
+    """What :class:`Tofu` found.
+
+    Attributes
+    ----------
+    strategy : Strategy
+        Every op's split and devices (``name="tofu"``).
+    levels : list of dict
+        Per recursion level: ``ways`` (k_i), ``choices`` (op -> dimension or
+        None), ``bytes`` (the DP's communicated bytes at that level, over all
+        device groups).
+    groups : int
+        Coarse groups (DP nodes, after cutting large ones).
+    exact : bool
+        Whether the DP kept every state (no beam pruning) at every level.
+    search_seconds : float
+        Time of the search (coarsening and DP, not the validation).
+    timeline : Timeline or None
+        The simulated step (:meth:`Tofu.search` fills it).
+    peak_memory : pandas.Series or None
+        Per-device replayed peak bytes.
+    """
+
+    strategy: Strategy
+    levels: list
+    groups: int
+    exact: bool
+    search_seconds: float
+    timeline: object = None
+    peak_memory: object = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def comm_bytes(self) -> float:
+        return float(sum(level["bytes"] for level in self.levels))
+
+
+def factorize(k: int) -> list:
+    """``k`` as prime factors, largest first (Tofu's ``k = k_1 * k_2 * ...``, ``k_i >= k_i+1``)."""
+    if k < 1:
+        raise ValueError(f"number of devices must be at least 1, got {k}")
+    out, p = [], 2
+    while k > 1:
+        while k % p == 0:
+            out.append(p)
+            k //= p
+        p += 1
+    return sorted(out, reverse=True)
+
+
+def forward_name(name: str, ops) -> str | None:
+    """The forward op whose gradient ``name`` computes (``gradients/<op>_grad/...``), if in ``ops``."""
+    m = _GRADIENT.match(name)
+    if not m:
+        return None
+    rest = name[m.end():]
+    for hit in re.finditer(r"_grad/", rest):
+        if rest[:hit.start()] in ops:
+            return rest[:hit.start()]
+    return None
+
+
+# -- per-op facts a level needs -------------------------------------------------------
+def _axis_state(axes, d, reduction):
+    """How a tensor with ``axes`` is laid out (output) or needed (input) when ``d`` is split."""
+    if not isinstance(axes, tuple) or (axes and axes[0] == "shape"):
+        return "none"  # handles, shape vectors: nothing worth counting
+    if d is None:
+        return "whole"
+    if d in axes:
+        return axes.index(d)
+    return "partial" if d in reduction else "replicated"
+
+
+def edge_bytes(produced, needed, size, k):
+    """Bytes one level moves for a tensor of ``size`` bytes (see the module notes)."""
+    if size <= 0 or needed == "none" or produced in ("replicated", "none"):
+        return 0.0
+    if produced == "partial":
+        return size * (k - 1) * (k if needed == "replicated" else 1)
+    if produced == "whole":
+        return 0.0 if needed == "whole" else size * (k - 1) / (1 if needed == "replicated" else k)
+    # split along axis `produced`
+    if needed == "replicated":
+        return size * (k - 1)
+    if needed == "whole":
+        return size * (k - 1) / k
+    return 0.0 if needed == produced else size * (1 - 1 / k)
+
+
+class Tofu:
+    """Tofu's recursive partition search (see the module notes).
+
+    Parameters
+    ----------
+    writable : bool
+        Only choices :func:`fddps.tf.strategy_rewrite.rewrite_strategy` can
+        write (no batch-norm statistics splits). Default True.
+    beam : int
+        States the DP keeps per step (exact when the frontier's joint choices
+        never exceed it).
+    max_combos : int
+        Joint choices of one coarse group before it is cut in pieces.
+    split_variables : bool, optional
+        Partition variables too (each variable's ops -- the variable, its
+        optimizer slots, reads and update -- pick one split together), so each
+        device holds its share of the weights and slots, as in Tofu. Default:
+        ``not writable`` (the TensorFlow rewrite keeps variables whole).
+
+    Example
+    -------
+    ``Tofu().search(step, cluster, cost_model).strategy`` -- see the module example.
+    """
+
+    def __init__(self, writable: bool = True, beam: int = 64, max_combos: int = 256,
+                 split_variables: bool | None = None):
+        if beam < 1 or max_combos < 1:
+            raise ValueError("beam and max_combos must be at least 1")
+        if writable and split_variables:
+            raise ValueError("split_variables=True needs writable=False: the TensorFlow rewrite "
+                             "does not write split variables")
+        self.writable = writable
+        self.split_variables = (not writable) if split_variables is None else split_variables
+        self.beam = beam
+        self.max_combos = max_combos
+
+    # -- the search ---------------------------------------------------------------------
+    def plan(self, step, devices) -> TofuPlan:
+        """The partition plan of ``step`` on ``devices`` (names), without checking memory."""
+        t0 = time.perf_counter()
+        devices = list(devices)
+        dims, tie = {}, {}
+        for name, op in step.ops.items():
+            if op.tied:
+                continue
+            try:
+                d = resolve(op)
+            except NotDescribed:
+                continue
+            if any(v > 1 for v in d.extent.values()):
+                dims[name] = d
+        if self.split_variables:
+            dims.update(self._variable_groups(step, tie))
+        self._tie = tie
+        groups = self._coarsen(step, dims)
+        factor = {n: {} for n in dims}
+        history = {n: [] for n in dims}  # per level: (dim or None, ways)
+        levels, exact, copies = [], True, 1
+        for ways in factorize(len(devices)):
+            choice, nbytes, level_exact = self._level(step, dims, factor, groups, ways)
+            # Every device group of this level does the same (Tofu's recursion).
+            nbytes *= copies
+            copies *= ways
+            exact &= level_exact
+            for n, d in choice.items():
+                history[n].append((d, ways))
+                if d is not None:
+                    factor[n][d] = factor[n].get(d, 1) * ways
+            levels.append(dict(ways=ways, choices=choice, bytes=nbytes))
+        strategy = self._strategy(step, devices, dims, history)
+        return TofuPlan(strategy, levels, len(groups), exact,
+                        time.perf_counter() - t0)
+
+    def search(self, step, cluster, cost_model) -> TofuPlan:
+        """:meth:`plan`, then its simulated step; the plan if every device's peak fits.
+
+        Raises
+        ------
+        InfeasibleError
+            When some device's replayed peak exceeds its capacity: the message
+            names the smallest per-device peak the search reached (its worst
+            device's) and that device; ``needed``/``available``/``device`` and
+            ``attempts`` as :class:`~fddps.errors.InfeasibleError` documents.
+        """
+        plan = self.plan(step, cluster.names)
+        timeline = simulate_strategy(step, plan.strategy, cluster, cost_model)
+        plan.timeline = timeline
+        plan.peak_memory = timeline.peak_memory
+        peak = np.asarray(timeline.peak_memory, dtype=np.float64)
+        excess = peak - cluster.memory * (1 + 1e-12)
+        k = int(np.argmax(excess))
+        if excess[k] > 0:
+            device = cluster.names[k]
+            raise InfeasibleError(
+                f"tofu: no partition fits in memory: the smallest per-device peak reached is "
+                f"{peak[k]:.6g} bytes on {device!r}, over its capacity of {cluster.memory[k]:.6g} "
+                f"by {excess[k]:.6g} (recursive partition over {len(cluster.names)} devices; "
+                "peaks include received copies of remote inputs)",
+                float(peak[k]), float(cluster.memory[k]), device=device,
+                attempts=[("tofu", device, float(peak[k]), float(cluster.memory[k]))])
+        return plan
+
+    @staticmethod
+    def _variable_groups(step, tie):
+        """Dims of the ops of each variable's colocation group that can split as one
+        (all described, one iteration domain); ``tie`` gets op -> group."""
+        groups = {}
+        for name, op in step.ops.items():
+            if op.tied and op.group is not None:
+                groups.setdefault(op.group, []).append(name)
+        out = {}
+        for group, names in groups.items():
+            try:
+                ds = [resolve(step.ops[n]) for n in names]
+            except NotDescribed:
+                continue
+            if any((d.dims, d.extent) != (ds[0].dims, ds[0].extent) for d in ds) \
+                    or not any(v > 1 for v in ds[0].extent.values()):
+                continue
+            for n, d in zip(names, ds):
+                out[n] = d
+                tie[n] = group
+        return out
+
+    # -- coarsening ---------------------------------------------------------------------
+    def _coarsen(self, step, dims):
+        """DP nodes: lists of searchable op names, in forward order."""
+        parent = {n: n for n in dims}
+
+        def find(n):
+            while parent[n] != n:
+                parent[n] = parent[parent[n]]
+                n = parent[n]
+            return n
+
+        def union(a, b):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb, key=pos.get)] = min(ra, rb, key=pos.get)
+
+        pos = {n: i for i, n in enumerate(step.ops)}
+        first = {}
+        for n in dims:  # a variable's ops are one group
+            if n in self._tie:
+                union(n, first.setdefault(self._tie[n], n))
+        for n in dims:
+            fwd = forward_name(n, dims)
+            if fwd is not None:
+                union(n, fwd)
+        for n in dims:
+            op = step.ops[n]
+            if op.op_type in ELEMENTWISE_OPS and not _GRADIENT.match(n):
+                producers = {p for p, _ in op.inputs if p in dims}
+                if len(producers) == 1:
+                    union(n, producers.pop())
+        members = {}
+        for n in dims:
+            members.setdefault(find(n), []).append(n)
+        groups = []
+        for root in sorted(members, key=pos.get):
+            groups.append(sorted(members[root], key=pos.get))
+        return groups
+
+    # -- one level ----------------------------------------------------------------------
+    def _choices(self, dim, factor, ways):
+        out = [d for d in dim.dims if dim.extent[d] >= factor.get(d, 1) * ways
+               and not (self.writable and d in dim.stats)]
+        return out or [None]
+
+    def _level(self, step, dims, factor, groups, ways):
+        choices = {n: self._choices(dims[n], factor[n], ways) for n in dims}
+        # Ops of one variable share one choice (a key); cut groups whose joint
+        # choices exceed max_combos, never inside a key.
+        key = {n: ("group", self._tie[n]) if n in self._tie else n for n in dims}
+        nodes, keys = [], []
+        for g in groups:
+            piece, seen, size = [], [], 1
+            for n in g:
+                if key[n] not in seen:
+                    c = len(choices[n])
+                    if piece and size * c > self.max_combos:
+                        nodes.append(piece)
+                        keys.append(seen)
+                        piece, seen, size = [], [], 1
+                    seen.append(key[n])
+                    size *= c
+                piece.append(n)
+            nodes.append(piece)
+            keys.append(seen)
+        node_of = {n: t for t, piece in enumerate(nodes) for n in piece}
+        member = {n: keys[t].index(key[n]) for t, piece in enumerate(nodes) for n in piece}
+        width = {}
+        for n in dims:
+            width[node_of[n], member[n]] = len(choices[n])
+        combos = [np.array(list(itertools.product(*[range(width[t, j]) for j in range(len(ks))])),
+                           dtype=np.int64).reshape(-1, len(ks)) for t, ks in enumerate(keys)]
+
+        def states(n, port, output):
+            op = step.ops[n]
+            if n not in dims:
+                return ["none" if not op.output_itemsizes or port >= len(op.output_itemsizes)
+                        or not op.output_itemsizes[port] else "whole"] if output else ["whole"]
+            d = dims[n]
+            axes = (d.outputs if output else d.inputs)
+            a = axes[port] if port < len(axes) else "whole-spec"
+            return [_axis_state(a, c, d.reduction) for c in choices[n]]
+
+        def size(n, port):
+            op = step.ops[n]
+            if port >= len(op.output_shapes) or op.output_shapes[port] is None:
+                return 0.0
+            item = op.output_itemsizes[port] if port < len(op.output_itemsizes) else 0
+            nbytes = float(np.prod([s or 1 for s in op.output_shapes[port]], dtype=np.float64)) * item
+            if n in dims and port < len(dims[n].outputs) and isinstance(dims[n].outputs[port], tuple):
+                for a in dims[n].outputs[port]:
+                    if a is not None:
+                        nbytes /= factor[n].get(a, 1)
+            return nbytes
+
+        unary = {n: np.zeros(len(choices[n])) for n in dims}
+        internal = [np.zeros(len(c)) for c in combos]
+        cross = [[] for _ in nodes]  # per later node: (earlier node, its pos, own pos, matrix)
+        neighbours = [set() for _ in nodes]
+        for c_name, op in step.ops.items():
+            for j, (p_name, port) in enumerate(op.inputs):
+                if p_name not in dims and c_name not in dims:
+                    continue
+                s = size(p_name, port)
+                if s <= 0:
+                    continue
+                produced = states(p_name, port, True)
+                needed = states(c_name, j, False)
+                m = np.array([[edge_bytes(a, b, s, ways) for b in needed] for a in produced])
+                if p_name not in dims:
+                    unary[c_name] += m[0]
+                elif c_name not in dims:
+                    unary[p_name] += m[:, 0]
+                else:
+                    tp, tc = node_of[p_name], node_of[c_name]
+                    if tp == tc:
+                        cb = combos[tp]
+                        internal[tp] += m[cb[:, member[p_name]], cb[:, member[c_name]]]
+                    else:
+                        if tp < tc:  # matrix rows: the earlier node's member's choices
+                            e, pe, l, pl = tp, member[p_name], tc, member[c_name]
+                        else:
+                            e, pe, l, pl, m = tc, member[c_name], tp, member[p_name], m.T
+                        cross[l].append((e, pe, pl, m))
+                        neighbours[e].add(l)
+                        neighbours[l].add(e)
+        for t, piece in enumerate(nodes):
+            for n in piece:
+                internal[t] += unary[n][combos[t][:, member[n]]]
+        last_use = [max(neighbours[t] | {t}) for t in range(len(nodes))]
+
+        frontier = []
+        state = np.zeros((1, 0), dtype=np.int64)
+        cost = np.zeros(1)
+        history, exact = [], True
+        for t in range(len(nodes)):
+            total = cost[:, None] + internal[t][None, :]
+            column = {f: j for j, f in enumerate(frontier)}
+            for e, pe, pt, m in cross[t]:
+                ce = combos[e][state[:, column[e]], pe]
+                total = total + m[ce[:, None], combos[t][:, pt][None, :]]
+            n_states, n_combos = total.shape
+            par = np.repeat(np.arange(n_states), n_combos)
+            com = np.tile(np.arange(n_combos), n_states)
+            tot = total.ravel()
+            new_frontier = [f for f in frontier if last_use[f] > t] + \
+                ([t] if last_use[t] > t else [])
+            # A candidate's new state: its parent's state on the groups that stay,
+            # and its own choice if it stays; keep the cheapest per state.
+            proj = np.ascontiguousarray(state[:, [column[f] for f in new_frontier if f != t]])
+            ids = {}
+            pid = np.fromiter((ids.setdefault(row.tobytes(), len(ids)) for row in proj),
+                              dtype=np.int64, count=n_states)
+            stays = t in new_frontier
+            code = pid[par] * n_combos + com if stays else pid[par]
+            order = np.lexsort((tot, code))
+            first = np.ones(order.size, dtype=bool)
+            first[1:] = code[order][1:] != code[order][:-1]
+            sel = order[first]
+            if sel.size > self.beam:
+                exact = False
+                sel = sel[np.argsort(tot[sel], kind="stable")[:self.beam]]
+            history.append((par[sel], com[sel]))
+            state = np.column_stack([proj[par[sel]]] + ([com[sel]] if stays else []))
+            cost, frontier = tot[sel], new_frontier
+        best = int(np.argmin(cost))
+        total_bytes = float(cost[best])
+        picked = [0] * len(nodes)
+        for t in range(len(nodes) - 1, -1, -1):
+            parents, coms = history[t]
+            picked[t] = int(coms[best])
+            best = int(parents[best])
+        choice = {}
+        for t, piece in enumerate(nodes):
+            for n in piece:
+                choice[n] = choices[n][int(combos[t][picked[t], member[n]])]
+        return choice, total_bytes, exact
+
+    # -- the strategy ---------------------------------------------------------------------
+    def _strategy(self, step, devices, dims, history):
+        k = len(devices)
+        radices = factorize(k)
+        home = data_parallel(step, devices)
+        configs = {}
+        for name, op in step.ops.items():
+            if op.tied and not any(d for d, _ in history.get(name, ())):
+                configs[name] = home.config(name)
+                continue
+            levels = history.get(name, [])
+            split = {}
+            for d, ways in levels:
+                if d is not None:
+                    split[d] = split.get(d, 1) * ways
+            if not split:
+                src = op.inputs[0][0] if op.inputs else None
+                dev = configs[src].devices[0] if src in configs else devices[0]
+                configs[name] = OpConfig({}, (dev,))
+                continue
+            order = [d for d in dims[name].dims if d in split]
+            devs = []
+            for combo in itertools.product(*[range(split[d]) for d in order]):
+                index = dict(zip(order, combo))
+                dev, rest = 0, dict(index)
+                remaining = {d: split[d] for d in order}
+                for (d, ways), radix in zip(levels, radices):
+                    digit = 0
+                    if d is not None:
+                        remaining[d] //= ways
+                        digit, rest[d] = divmod(rest[d], remaining[d])
+                    dev = dev * radix + digit
+                devs.append(devices[dev])
+            configs[name] = OpConfig(split, tuple(devs))
+        return Strategy(configs, devices[0], name="tofu")
+
+
+def tofu(step, cluster, cost_model, **options) -> TofuPlan:
+    """``Tofu(**options).search(step, cluster, cost_model)``: a plan that fits, or InfeasibleError."""
+    return Tofu(**options).search(step, cluster, cost_model)
+
+
+__all__ = ["Tofu", "TofuPlan", "edge_bytes", "factorize", "forward_name", "tofu"]
