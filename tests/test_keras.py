@@ -25,7 +25,7 @@ keras = pytest.importorskip("keras")
 import fddps  # noqa: E402
 from costmodel import DevicePreset, default_cost_model  # noqa: E402
 from fddps.errors import ClusterError, FddpsError  # noqa: E402
-from fddps.tf import StepPlacement, local_cpu_devices  # noqa: E402
+from fddps.tf import StepPlacement, local_cpu_devices, make_cluster  # noqa: E402
 
 DEVICES = local_cpu_devices(4)
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 COST_MODEL = default_cost_model(cpu=DevicePreset(
     "test-cpu", "CPU", peak_flops=1e9, memory_bandwidth=10e9, memory=16 * 2**30,
     overhead=5e-6))
+
+
+def _own_cores(devices):
+    """The devices as if each had cores of its own: sharing this process's
+    cores, the schedule would keep the step on one device, and these tests are
+    about a step spread over several."""
+    return make_cluster(devices, COST_MODEL, share_cores=False)
 
 
 def _cnn(seed=0):
@@ -72,7 +79,7 @@ def test_keras_model_trains_placed_as_unplaced(n_devices, tmp_path):
     ref = _cnn()
     ref.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=_loss())
     model = _cnn()
-    p = fddps.place(model, DEVICES[:n_devices], loss=_loss(),
+    p = fddps.place(model, _own_cores(DEVICES[:n_devices]), loss=_loss(),
                     optimizer=keras.optimizers.SGD(0.1, momentum=0.9), batch=(xs[0], ys[0]),
                     cost_model=COST_MODEL)
     assert isinstance(p, StepPlacement) and p.model is model
@@ -142,7 +149,7 @@ def test_tf_function_step_trains_placed_as_unplaced(n_devices, enforce_order):
     xs, ys = _batches()
     ref_step, ref_vars = _function_step()
     step, variables = _function_step()
-    p = fddps.place(step, DEVICES[:n_devices], (xs[0], ys[0]), cost_model=COST_MODEL,
+    p = fddps.place(step, _own_cores(DEVICES[:n_devices]), (xs[0], ys[0]), cost_model=COST_MODEL,
                     enforce_order=enforce_order)
     assert p.info["step"] == "tf.function"
     if enforce_order is True:

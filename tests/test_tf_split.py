@@ -21,7 +21,7 @@ v1 = tf.compat.v1
 from costmodel import default_cost_model  # noqa: E402
 from fddps.errors import GraphError  # noqa: E402
 from fddps.split import SplitDecision, part_name, slice_name  # noqa: E402
-from fddps.tf import op_table, place, read_graph_def  # noqa: E402
+from fddps.tf import make_cluster, op_table, place, read_graph_def  # noqa: E402
 from fddps.tf.devices import same_device  # noqa: E402
 from fddps.tf.split_rewrite import split_graph_def, split_node_names  # noqa: E402
 
@@ -163,8 +163,9 @@ def test_place_splits_where_it_pays_and_is_correct(net, reference, tf_train_step
 
     matplotlib.use("Agg")
     cm = ConvHeavy()
-    p = place(net.graph_def, CPUS, cost_model=cm, fetches=FETCHES, enforce_order=True)
-    whole = place(net.graph_def, CPUS, cost_model=cm, fetches=FETCHES, split=False)
+    cpus = make_cluster(CPUS, cm, share_cores=False)  # sharing cores, splitting never pays
+    p = place(net.graph_def, cpus, cost_model=cm, fetches=FETCHES, enforce_order=True)
+    whole = place(net.graph_def, cpus, cost_model=cm, fetches=FETCHES, split=False)
     # D-DPS(-F): no split node; FD-DPS: some, and a step predicted no longer.
     assert whole.info["splits"] == 0 and len(whole.graph_def.node) == len(net.graph_def.node)
     assert p.info["splits"] > 0 and p.makespan <= whole.makespan
