@@ -321,7 +321,11 @@ def test_data_parallel_runs_across_two_local_cluster_workers():
 
 @pytest.mark.slow
 def test_resnet50_step_under_channel_split_matches_unsplit():
-    _check_strategies("resnet50", 8, [parameter_split])
+    # 5e-5: the second step's loss, after an update, carries the first step's
+    # reordered sums through 50 layers of batch norm (1.6e-5 measured when the
+    # suite runs it after other TensorFlow tests, whose thread pools change the
+    # summation order; 1e-5 alone). Every op type is checked at 1e-5 above.
+    _check_strategies("resnet50", 8, [parameter_split], rtol=5e-5)
 
 
 @pytest.mark.slow

@@ -255,7 +255,9 @@ def test_wide_resnet_over_one_device_fits_under_tofu_and_computes_the_same(wide_
     # differ by more than rounding: bounded here at 2% of each variable's largest
     # entry (a wrong split moves them by its own size). The tanh MLP test above
     # checks updates at rtol 1e-5 where no such masks amplify the rounding.
-    np.testing.assert_allclose(loss, ref_loss, rtol=5e-5)  # 53 layers of reordered sums
+    # 53 layers of reordered sums: 1.4e-5 measured alone, 3e-4 when the suite runs
+    # it after other TensorFlow tests (their thread pools change the summation order).
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-3)
     for v, want, have in zip(model.trainable_variables, ref_vars, got):
         assert np.abs(have - want).max() <= 0.02 * np.abs(want).max(), v.name
     assert model.graph_def == before
