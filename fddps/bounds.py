@@ -24,8 +24,44 @@ def lower_bound(graph, cluster) -> float:
     et = graph.exec_times(cluster)
     fastest = np.min(et, axis=1)
     critical_path = float(bottom_levels(graph, fastest, np.zeros(graph.num_edges)).max())
-    work = float(np.sum(np.min(et * cluster.speed, axis=1)) / cluster.speed.sum())
+    work = float(np.sum(np.min(et * cluster.speed, axis=1)) / sustained_speed(cluster))
     return max(critical_path, work)
+
+
+def sustained_speed(cluster, devices=None) -> float:
+    """The summed speed ``devices`` (default all) can sustain together.
+
+    A group of devices sharing ``C`` cores (:class:`~fddps.cluster.SharedCores`),
+    whose ops want at least ``c`` threads, counts as at most ``C / c`` of its
+    fastest device: ops running concurrently get ``sum c_k r_k <= C`` (``r_k``
+    each op's rate, at most 1), so the group completes work no faster than
+    ``max speed * C / c``. Other devices count their own speed.
+
+    Examples
+    --------
+    >>> from fddps import Cluster
+    >>> from fddps.cluster import SharedCores
+    >>> c = Cluster.homogeneous(4, names=["a", "b", "c", "d"])
+    >>> sustained_speed(c)
+    4.0
+    >>> sustained_speed(c.with_sharing([SharedCores(("a", "b", "c", "d"), cores=2, threads=2)]))
+    1.0
+    """
+    devices = range(cluster.num_devices) if devices is None else devices
+    total, groups = 0.0, {}
+    for k in devices:
+        g = int(cluster.core_group[k])
+        if g < 0:
+            total += float(cluster.speed[k])
+        else:
+            groups.setdefault(g, []).append(k)
+    for g, ks in groups.items():
+        speeds = cluster.speed[ks]
+        wanted = float(np.min(cluster.threads[ks]))
+        alone = float(speeds.sum())
+        total += min(alone, cluster.group_cores[g] / wanted * float(speeds.max())) if wanted > 0 \
+            else alone
+    return total
 
 
 def communication_lower_bound(graph, cluster) -> float:
@@ -99,7 +135,7 @@ def communication_lower_bound(graph, cluster) -> float:
         only = [i for i in range(n) if set(allowed[i]) <= set(devs)]
         if only and len(devs) < m:
             work = sum(min(et[i, k] * cluster.speed[k] for k in allowed[i]) for i in only)
-            best = max(best, work / float(cluster.speed[devs].sum()))
+            best = max(best, work / sustained_speed(cluster, devs))
     # 3. The path bound with transfers; interchangeable devices give equal
     # S(o, k), so one device of each class is enough.
     reps = {cls[0] for cls in identical_device_classes(graph, cluster, et, allowed,

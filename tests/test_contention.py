@@ -343,3 +343,19 @@ def test_devices_of_one_process_predict_no_speedup_where_none_is_measured(tf_con
     assert measured < 1.5, "four CPU devices of one process should add no cores"
     assert predicted == pytest.approx(measured, rel=0.35)
     assert predicted < 1.1 and predicted_own > 1.5 * measured
+
+
+def test_lower_bounds_count_shared_cores_once():
+    # Four devices on 2 cores whose ops want both: together no faster than one
+    # device, so the work bound is the whole work (4 ops of 1 s), not a quarter.
+    from fddps.bounds import communication_lower_bound, lower_bound, sustained_speed
+
+    g = fddps.OpGraph(list("abcd"), cost=[1.0] * 4)
+    c = fddps.Cluster.homogeneous(4, names=list("wxyz"))
+    shared = c.with_sharing([SharedCores(tuple("wxyz"), cores=2, threads=2)])
+    assert sustained_speed(c) == 4.0 and sustained_speed(shared) == 1.0
+    assert lower_bound(g, c) == pytest.approx(1.0)
+    assert lower_bound(g, shared) == pytest.approx(4.0)
+    assert communication_lower_bound(g, shared) == pytest.approx(4.0)
+    s = fddps.schedule(g, shared)
+    assert s.makespan >= s.info["lower_bound"] - 1e-9 and s.info["lower_bound"] == pytest.approx(4.0)
