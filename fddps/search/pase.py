@@ -40,6 +40,7 @@ import time
 from collections import defaultdict
 
 import numpy as np
+from networkx.utils import UnionFind
 
 from ..strategy.ops import NotDescribed, resolve
 from ..strategy.strategy import PARAMETER_DIMS, OpConfig, sample_dim
@@ -65,18 +66,8 @@ def coarsen(step) -> list:
     for u in units:
         for n in u:
             unit_of[n] = u
-    parent = {u: u for u in units}
-
-    def find(u):
-        while parent[u] != u:
-            parent[u] = parent[parent[u]]
-            u = parent[u]
-        return u
-
-    def join(a, b):
-        a, b = find(a), find(b)
-        if a != b:
-            parent[b] = a
+    vertices = UnionFind(units)
+    join = vertices.union
 
     readers = defaultdict(list)
     for name, op in step.ops.items():
@@ -98,7 +89,7 @@ def coarsen(step) -> list:
                 join(unit_of[src], unit_of[name])
     groups = defaultdict(list)
     for u in units:
-        groups[find(u)].extend(u)
+        groups[vertices[u]].extend(u)
     position = {n: i for i, n in enumerate(step.ops)}
     out = [sorted(g, key=position.get) for g in groups.values()
            if any(worth_deciding(step.ops[n]) for n in g)]
