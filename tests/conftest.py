@@ -36,6 +36,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # suite's many small exact solves in-process.
 import ortools.sat.python.cp_model  # noqa: E402,F401
 
+# Property tests (hypothesis): the suite that gates a change draws the same
+# examples every run, so a red run is the change's fault and reproduces;
+# ``HYPOTHESIS_PROFILE=explore pytest`` draws fresh random examples each run,
+# to hunt for new counterexamples (run it a few times before landing risky work).
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("gate", derandomize=True, print_blob=True)
+_hypothesis_settings.register_profile("explore", derandomize=False, print_blob=True)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gate"))
+
 CPUINFO_DIR = Path(__file__).parent / "data" / "cpuinfo"
 #: CPUs the ``reads_cpu`` tests run on: None is this machine's (or the one
 #: ``FDDPS_CPUINFO`` already names).
