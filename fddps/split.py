@@ -179,6 +179,37 @@ def slice_name(op, producer) -> str:
     return f"{op}/fddps_slice/{producer}"
 
 
+def path_slack(graph: OpGraph, cluster):
+    """Each op's slack off the critical path, as FD-DPS's split step measures it.
+
+    From mean costs (an op's mean time over the devices that can run it, an
+    edge's mean transfer between distinct devices): ``slack = length -
+    (top level + bottom level)``, 0 on the critical path.
+
+    Returns
+    -------
+    (slack, length, mean_time) : numpy.ndarray, float, numpy.ndarray
+        Per op (graph order) its slack and mean time; the critical path's length.
+
+    Example
+    -------
+    >>> from fddps.cluster import Cluster
+    >>> g = OpGraph(["a", "b", "c"], [[2.0], [1.0], [2.0]], [("a", "c", 0.0), ("b", "c", 0.0)])
+    >>> slack, length, _ = path_slack(g, Cluster.homogeneous(2))
+    >>> slack.tolist(), length
+    ([0.0, 1.0, 0.0], 4.0)
+    """
+    from .algorithms.base import PlacementState, bottom_levels, top_levels
+
+    state = PlacementState(graph, cluster)
+    et_mean = state.mean_exec_time()
+    comm = state.mean_edge_comm()
+    blevel = bottom_levels(graph, et_mean, comm)
+    tlevel = top_levels(graph, et_mean, comm)
+    length = float(blevel.max(initial=0.0))
+    return length - (tlevel + blevel), length, et_mean
+
+
 def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
                 min_gain: float = 0.05, max_parts: int | None = None) -> list[SplitDecision]:
     """Which of ``graph.split_candidates`` to split, and into how many parts.
@@ -201,18 +232,10 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
     -------
     list of SplitDecision, in the order of the candidates, at most one per op.
     """
-    from .algorithms.base import PlacementState, bottom_levels, top_levels
-
     candidates = getattr(graph, "split_candidates", ())
     if not candidates or cluster.num_devices < 2:
         return []
-    state = PlacementState(graph, cluster)
-    et_mean = state.mean_exec_time()
-    comm = state.mean_edge_comm()
-    blevel = bottom_levels(graph, et_mean, comm)
-    tlevel = top_levels(graph, et_mean, comm)
-    length = float(blevel.max(initial=0.0))
-    slack = length - (tlevel + blevel)
+    slack, length, et_mean = path_slack(graph, cluster)
     type_cols = graph.exec_times(cluster)  # only for the device count per op
     decisions = {}  # op -> best decision so far
     for cand in candidates:

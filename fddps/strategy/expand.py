@@ -97,7 +97,7 @@ def _tensor_box(axes, shape, box):
     return tuple(box[d] if d is not None else (0, s) for d, s in zip(axes, shape or ()))
 
 
-def expand(step, strategy, cluster, cost_model) -> Expansion:
+def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
     """The task graph of ``strategy`` on ``cluster``, costed by ``cost_model``.
 
     Parameters
@@ -109,6 +109,12 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
         (``cost_model.cluster(names)`` builds one).
     cost_model : CostModel
         ``op_times(rows, device_type)`` and ``memory(rows)``.
+    apart : bool
+        Every edge carries its bytes as if its ends were on different devices,
+        and each consumer part gets its own reduce task: the task graph for a
+        scheduler that places the tasks itself (it zeroes the edges it keeps
+        on one device; :mod:`fddps.search.fddps_space`). Default False: the
+        strategy's own devices decide what moves.
 
     Raises
     ------
@@ -138,9 +144,10 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
             for pbox, (task, pdev) in source.items():
                 inter = _intersect(pbox, box)
                 if inter is not None:
-                    edges.append((task, consumer, 0.0 if pdev == dev else _box_bytes(inter, itemsize)))
+                    local = pdev == dev and not apart
+                    edges.append((task, consumer, 0.0 if local else _box_bytes(inter, itemsize)))
             return
-        key = (src, port, box, dev)
+        key = (src, port, box, consumer if apart else dev)
         if key not in reduces:
             name = f"{src}/fddps_reduce_{port}_{len(reduces)}"
             overlapping = [(t, d, _intersect(b, box)) for t, d, b in entries]
@@ -149,7 +156,7 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
             add_task(name, dev, "AddN", size / max(itemsize, 1) * (len(overlapping) - 1),
                      size * len(overlapping), size)
             for t, d, b in overlapping:
-                edges.append((t, name, 0.0 if d == dev else _box_bytes(b, itemsize)))
+                edges.append((t, name, 0.0 if d == dev and not apart else _box_bytes(b, itemsize)))
             reduces[key] = name
         edges.append((reduces[key], consumer, 0.0))
 
@@ -200,7 +207,7 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
                 for q, other in zip(op_parts, names_j):
                     if q is p or any(p.box[d] != q.box[d] for d in channels):
                         continue
-                    nbytes = 0.0 if p.device == q.device else 2 * 4 * float(np.prod(
+                    nbytes = 0.0 if p.device == q.device and not apart else 2 * 4 * float(np.prod(
                         [b - a for d, (a, b) in p.box.items() if d in channels]))
                     edges.append((f"{task}/stats", other, nbytes))
         for k in range(len(out_shapes)):
