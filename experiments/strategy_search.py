@@ -1,12 +1,14 @@
 """Strategy searches in simulation: one device, data parallelism, FD-DPS's whole-op
-placement, FlexFlow's MCMC, the vertex-elimination DP (PaSE) and ``auto``, on the
-six ``slim_models`` networks at the paper's batch sizes on 2, 4 and 8 simulated P100s
+placement, FD-DPS over the strategy space, FlexFlow's MCMC, the vertex-elimination DP
+(PaSE) and ``auto``, on the six ``slim_models`` networks at the paper's batch sizes on 2, 4 and 8 simulated P100s
 (issue 15's benchmark).
 
 Every row is a :class:`fddps.strategy.Strategy` expanded and simulated with a
 first-in-first-out executor per device (:func:`fddps.strategy.expand`); its step is
 a ratio to one device in the same run. ``search_s`` is the wall-clock seconds the
-row's search took (FD-DPS: scheduling the whole-op graph; the DP: costing and
+row's search took (FD-DPS: scheduling the whole-op graph; FD-DPS over the strategy
+space (``fddps_space``, :mod:`fddps.search.fddps_space`): that, choosing the critical
+ops' configurations and scheduling their parts; the DP: costing and
 elimination; MCMC and auto: their budgets). FlexFlow's MCMC starts from one device,
 data parallelism and FD-DPS's placement, with ``--budget`` seconds and
 ``--proposals`` proposals; ``auto`` (:class:`fddps.search.auto.AutoSearch`) runs the
@@ -136,6 +138,9 @@ def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifa
                 score = ev.full(strategy)
                 row(name, strategy, score.makespan, score.peak, score.fits,
                     t_fddps if name == "fddps" else score.seconds)
+            fs = get_search("fddps_space").fit(step, cluster, cm)
+            row("fddps_space", fs.strategy, fs.makespan, fs.peak, fs.fits, fs.seconds,
+                critical_ops=fs.info["critical_ops"], splits_chosen=fs.info["splits_chosen"])
             dp = None
             try:
                 dp = get_search("pase").fit(step, cluster, cm)
@@ -250,7 +255,7 @@ def main(argv=None):
     print(f"Strategy searches in simulation, CIFAR-10 size. {COST_MODEL_NOTE} "
           f"MCMC and auto budgets: {budget:g} s, {proposals} proposals, seed {args.seed}.")
     cols = [c for c in ("model", "batch", "devices", "strategy", "step_ms", "speedup", "fits",
-                        "peak_mb", "search_s", "ops_split", "additive_ms", "proposals",
+                        "peak_mb", "search_s", "ops_split", "critical_ops", "additive_ms", "proposals",
                         "delta_ms", "full_ms", "winner") if c in df.columns]
     print(df[cols].round(3).to_string(index=False))
     save_csv_and_plot(df, args.out, _plot)

@@ -94,28 +94,62 @@ def rules_for(op_type: str, attrs=None) -> list[SplitRule]:
     return [r for r in SPLIT_RULES.get(op_type, []) if r.applies(attrs or {})]
 
 
-_NHWC = (("data_format", "NHWC"),)
-for _rule in (
-    # Conv2D(input, filter): batch parts read the whole filter; channel parts a filter slice.
-    SplitRule("Conv2D", "batch", (0, 0), ((0, 0),), "concat", 0, when=_NHWC),
-    SplitRule("Conv2D", "channels", (1, 3), ((1, 3),), "concat", 3, when=_NHWC),
-    # Conv2DBackpropInput(input_sizes, filter, out_backprop).
-    SplitRule("Conv2DBackpropInput", "batch", (2, 0), ((2, 0),), "concat", 0,
-              shape_inputs=((0, 0),), when=_NHWC),
-    SplitRule("Conv2DBackpropInput", "channels", (2, 3), ((1, 3), (2, 3)), "sum", when=_NHWC),
-    # Conv2DBackpropFilter(input, filter_sizes, out_backprop).
-    SplitRule("Conv2DBackpropFilter", "batch", (0, 0), ((0, 0), (2, 0)), "sum", when=_NHWC),
-    SplitRule("Conv2DBackpropFilter", "channels", (2, 3), ((2, 3),), "concat", 3,
-              shape_inputs=((1, 3),), when=_NHWC),
-    # MatMul(a, b) without transposes: rows of a, columns of b, or the inner dimension.
-    SplitRule("MatMul", "rows", (0, 0), ((0, 0),), "concat", 0,
-              when=(("transpose_a", False), ("transpose_b", False))),
-    SplitRule("MatMul", "cols", (1, 1), ((1, 1),), "concat", 1,
-              when=(("transpose_a", False), ("transpose_b", False))),
-    SplitRule("MatMul", "inner", (0, 1), ((0, 1), (1, 0)), "sum",
-              when=(("transpose_a", False), ("transpose_b", False))),
-):
-    register_split_rule(_rule)
+#: The dimensions FD-DPS's split step splits (the paper's Table 6: Conv2D and its
+#: backprops by batch or channels, MatMul), by the letters of their entries in
+#: :data:`fddps.strategy.ops.OP_DESCRIPTIONS`, with the names its decisions use.
+#: The rules are derived from those entries (:func:`rule_from_description`), so the
+#: axes each split slices and how its parts combine have one source of truth; the
+#: search over every dimension of every described op is :mod:`fddps.search.fddps_space`.
+FDDPS_SPLIT_DIMS = {"Conv2D": {"n": "batch", "o": "channels"},
+                    "Conv2DBackpropInput": {"n": "batch", "o": "channels"},
+                    "Conv2DBackpropFilter": {"n": "batch", "o": "channels"},
+                    "MatMul": {"n": "rows", "c": "cols", "k": "inner"}}
+
+
+def rule_from_description(desc, letter: str, dim: str) -> SplitRule:
+    """The :class:`SplitRule` that splits dimension ``letter`` of an op description.
+
+    ``desc`` is an :class:`fddps.strategy.ops.OpDescription` with fixed specs
+    (one letter per tensor axis): the sliced inputs are those whose spec has
+    ``letter``; the split dimension's size is read from the first of them
+    that also has the sample dimension (the activations), else the first;
+    parts concatenate on the output axis ``letter`` indexes, or are summed
+    when no output axis does (a reduction); a shape-vector input (``=0``)
+    gets the part's extent at that axis.
+
+    Example
+    -------
+    >>> from fddps.strategy.ops import OP_DESCRIPTIONS
+    >>> rule_from_description(OP_DESCRIPTIONS["Conv2DBackpropFilter"][0], "n", "batch").combine
+    'sum'
+    """
+    from .strategy.ops import SAMPLE
+
+    if desc.specs is not None:
+        raise GraphError(f"{desc.op_type}'s description depends on constant inputs: no fixed rule")
+    sliced = tuple((k, spec.index(letter)) for k, spec in enumerate(desc.inputs)
+                   if letter in spec and not spec.startswith("=") and spec != "-")
+    if not sliced:
+        raise GraphError(f"{desc.op_type} has no input indexed by dimension {letter!r}")
+    size_from = next(((k, a) for k, a in sliced if SAMPLE in desc.inputs[k]), sliced[0])
+    out = desc.outputs[0]
+    if letter in out:
+        axis = out.index(letter)
+        shapes = tuple((k, axis) for k, spec in enumerate(desc.inputs) if spec == "=0")
+        return SplitRule(desc.op_type, dim, size_from, sliced, "concat", axis, shapes, desc.when)
+    return SplitRule(desc.op_type, dim, size_from, sliced, "sum", when=desc.when)
+
+
+def _register_fddps_rules():
+    from .strategy.ops import OP_DESCRIPTIONS
+
+    for op_type, dims in FDDPS_SPLIT_DIMS.items():
+        desc = OP_DESCRIPTIONS[op_type][0]  # NHWC convolutions; MatMul without transposes
+        for letter, dim in dims.items():
+            register_split_rule(rule_from_description(desc, letter, dim))
+
+
+_register_fddps_rules()
 
 
 @dataclass(frozen=True)

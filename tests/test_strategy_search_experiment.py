@@ -11,12 +11,15 @@ def test_strategy_search_benchmark_quick_mode_writes_its_table(tmp_path):
 
     df = strategy_search.main(["--quick", "--out", str(tmp_path / "s.csv")])
     assert (tmp_path / "s.csv").exists() and (tmp_path / "s.png").exists()
-    assert set(df["strategy"]) == {"one device", "data parallel", "fddps", "pase", "flexflow",
-                                   "auto"}
+    assert set(df["strategy"]) == {"one device", "data parallel", "fddps", "fddps_space", "pase",
+                                   "flexflow", "auto"}
     assert (df["step_ms"] > 0).all() and df["fits"].all()
     best = df[df.strategy.isin(["one device", "data parallel", "fddps"])]["step_ms"].min()
     auto = df[df.strategy == "auto"].iloc[0]
     assert auto["step_ms"] <= best * (1 + 1e-9)  # never slower than the baselines
+    space = df[df.strategy == "fddps_space"].iloc[0]
+    assert space["step_ms"] <= df[df.strategy == "fddps"].iloc[0]["step_ms"]
+    assert space["critical_ops"] > 0
     flows = df[df.strategy == "flexflow"].iloc[0]
     assert flows["proposals"] > 0 and flows["delta_ms"] > 0
     shares = df[[c for c in df.columns if c.startswith("flops_")]].sum(axis=1)

@@ -112,6 +112,10 @@ class FDDPSSpaceSearch(StrategySearch):
         (default 0.05, as :func:`fddps.split.plan_splits`).
     max_dims : int
         Dimensions split at once (default 2).
+    rounds : int
+        Passes of the choice over the critical ops (default 2): the first sees
+        the choices of the ops before each, a later one those after it too
+        (it stops early when a pass changes nothing).
     fddps_options : dict, optional
         Options of the FD-DPS scheduler (:class:`fddps.algorithms.fddps.FDDPS`)
         for both the whole ops and the parts.
@@ -125,7 +129,7 @@ class FDDPSSpaceSearch(StrategySearch):
     """
 
     name = "fddps_space"
-    options = dict(critical_slack=0.1, min_gain=0.05, max_dims=2, fddps_options=None,
+    options = dict(critical_slack=0.1, min_gain=0.05, max_dims=2, rounds=2, fddps_options=None,
                    writable=False, memory_penalty=MEMORY_PENALTY, progress=False)
 
     def __init__(self, **options):
@@ -139,6 +143,7 @@ class FDDPSSpaceSearch(StrategySearch):
             raise SearchError(f"option 'min_gain' must be a number in [0, 1), got "
                               f"{self.min_gain!r}")
         self.max_dims = positive("max_dims", self.max_dims, integer=True, allow_none=False)
+        self.rounds = positive("rounds", self.rounds, integer=True, allow_none=False)
         if self.fddps_options is not None and not isinstance(self.fddps_options, dict):
             raise SearchError(f"option 'fddps_options' must be a dict of FD-DPS options, got "
                               f"{self.fddps_options!r}")
@@ -196,30 +201,35 @@ class FDDPSSpaceSearch(StrategySearch):
 
     def choose(self, ev, step, start, candidates, progress=None) -> list:
         """``[(op, config, estimated gain)]``: the best configuration of each candidate that beats
-        it whole, chosen in step order (each seeing those chosen before it)."""
+        it whole, chosen in step order, each seeing the others' choices so far; ``rounds``
+        passes (a later pass sees its readers' choices too)."""
         devices = list(ev.cluster.names)
         configs = {n: start.config(n) for n in step.ops}
-        chosen = []
-        for name in candidates:
-            home = configs[name].devices[0]
-            order = [home] + [d for d in devices if d != home]
-            whole = self.estimate(ev, name, configs)
-            best = (whole * (1 - self.min_gain), None)
-            for split in unit_splits(step, (name,), len(devices), self.max_dims, self.writable):
-                if not split:
-                    continue
-                cfg = OpConfig(split, order[:int(np.prod(list(split.values())))])
+        splits = {n: [s for s in unit_splits(step, (n,), len(devices), self.max_dims,
+                                             self.writable) if s] for n in candidates}
+        gains = {}
+        for _ in range(self.rounds):
+            changed = False
+            for name in candidates:
+                home = start.config(name).devices[0]
+                order = [home] + [d for d in devices if d != home]
                 trial = dict(configs)
-                trial[name] = cfg
-                t = self.estimate(ev, name, trial)
-                if t < best[0]:
-                    best = (t, cfg)
-            if best[1] is not None:
+                trial[name] = start.config(name)
+                whole = self.estimate(ev, name, trial)
+                best = (whole * (1 - self.min_gain), start.config(name))
+                for split in splits[name]:
+                    trial[name] = OpConfig(split, order[:int(np.prod(list(split.values())))])
+                    t = self.estimate(ev, name, trial)
+                    if t < best[0]:
+                        best = (t, trial[name])
+                changed |= best[1] != configs[name]
                 configs[name] = best[1]
-                chosen.append((name, best[1], whole - best[0]))
-            if progress is not None:
-                progress.update(1)
-        return chosen
+                gains[name] = whole - best[0] if best[1].num_parts > 1 else None
+                if progress is not None:
+                    progress.update(1)
+            if not changed:
+                break
+        return [(n, configs[n], gains[n]) for n in candidates if gains.get(n) is not None]
 
     # -- step 4: FD-DPS places the parts --------------------------------------------------
     def place_parts(self, step, start, chosen, cluster, cost_model) -> Strategy:
@@ -247,7 +257,8 @@ class FDDPSSpaceSearch(StrategySearch):
         start = starts.get("fddps", starts["one device"])
         scores = {"whole ops": (start, ev.full(start))}
         candidates = self.critical_ops(step, cluster, cost_model) if len(cluster.names) > 1 else []
-        bar = tqdm(total=len(candidates), desc="fddps_space", disable=not self.progress)
+        bar = tqdm(total=len(candidates) * self.rounds, desc="fddps_space",
+                   disable=not self.progress)
         chosen = self.choose(ev, step, start, candidates, bar)
         bar.close()
         t_choose = time.perf_counter() - t0
