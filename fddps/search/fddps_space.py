@@ -32,7 +32,8 @@ places the parts:
 5. Every such strategy is simulated (the same expansion and simulator every
    search is scored by); the splits are tried all together and then only the
    ``1/2, 1/4, ...`` with the largest estimated gains (a split that the
-   estimate liked may still lengthen the simulated step). The shortest
+   estimate liked may still lengthen the simulated step), until halving
+   stops shortening the step. The shortest
    strategy that fits in memory wins, FD-DPS's whole-op placement included,
    so the result is never predicted slower than it.
 
@@ -263,12 +264,15 @@ class FDDPSSpaceSearch(StrategySearch):
         bar.close()
         t_choose = time.perf_counter() - t0
         ranked = sorted(chosen, key=lambda c: -c[2])
-        keep, tried, infeasible = len(ranked), [], 0
+        keep, infeasible, best_step = len(ranked), 0, None
         while keep >= 1:
             try:
                 s = self.place_parts(step, start, ranked[:keep], cluster, cost_model)
-                scores[f"{keep} splits"] = (s, ev.full(s))
-                tried.append(keep)
+                sc = ev.full(s)
+                scores[f"{keep} splits"] = (s, sc)
+                if best_step is not None and sc.makespan >= best_step:
+                    break  # fewer splits stopped paying: the estimate's best are in already
+                best_step = sc.makespan
             except InfeasibleError:  # FD-DPS found no device with room for some part
                 infeasible += 1
             keep //= 2

@@ -470,7 +470,9 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         strategy search from :func:`fddps.search.available_searches`: ``"auto"``
         (the fastest predicted of one device, data parallelism, whole-op
         placement, the DP and FlexFlow's MCMC that fits, within ``time_budget``
-        seconds), ``"flexflow"`` or ``"pase"``; ``options`` then go to the search
+        seconds), ``"flexflow"``, ``"pase"`` or ``"fddps_space"`` (FD-DPS whose split
+        step chooses among every configuration of the critical ops and whose
+        scheduler places the parts); ``options`` then go to the search
         (:mod:`fddps.search`) and ``override``/``enforce_order`` are not used.
         ``"tofu"`` runs Tofu's recursive partitioning of every op
         (:class:`fddps.search.tofu.Tofu`, ``options`` passed to it), written as a
