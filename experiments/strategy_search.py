@@ -12,8 +12,9 @@ ops' configurations and scheduling their parts; the DP: costing and
 elimination; MCMC and auto: their budgets). FlexFlow's MCMC starts from one device,
 data parallelism and FD-DPS's placement, with ``--budget`` seconds and
 ``--proposals`` proposals; ``auto`` (:class:`fddps.search.auto.AutoSearch`) runs the
-baselines, the DP and MCMC (from all of them) in ``--budget`` seconds (it reuses the
-DP row's result; its ``search_s`` includes the DP's seconds). The DP's row
+baselines, FD-DPS over the strategy space, the DP and MCMC (from all of them) in
+``--budget`` seconds (it reuses the ``fddps_space`` and DP rows' results; its
+``search_s`` includes their seconds). The DP's row
 also gives its additive cost (``additive_ms``: blind to overlap). ``delta_ms`` and
 ``full_ms`` are MCMC's mean seconds per proposal by delta and by full simulation
 (every 25th proposal is also simulated in full). The PNG shows speed-ups and, for
@@ -154,7 +155,7 @@ def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifa
                 proposals=mc.info["proposals"], delta_ms=mc.info["delta_seconds"] * 1e3,
                 full_ms=mc.info["full_seconds"] * 1e3)
             auto = get_search("auto", time_budget=budget, max_proposals=proposals,
-                              seed=seed).fit(step, cluster, cm, pase=dp)
+                              seed=seed).fit(step, cluster, cm, pase=dp, fddps_space=fs)
             row("auto", auto.strategy, auto.makespan, auto.peak, auto.fits, auto.seconds,
                 winner=auto.search, proposals=auto.info["proposals"])
         print(f"{model}: {len(step)} step ops, {time.perf_counter() - t0:.0f} s", flush=True)

@@ -31,6 +31,7 @@ def _configs(strategy):
     return {n: (c.split, c.devices) for n, c in strategy.configs.items()}
 
 
+@pytest.mark.slow
 def test_result_validates_fits_runs_like_the_original_and_beats_whole_ops(wide, cm):
     g, fetches, init, variables, step = wide
     cluster = cm.cluster(CPUS)
@@ -64,6 +65,13 @@ def test_never_predicted_slower_than_whole_op_fddps(wide, cm, devices):
     assert r.fits and r.makespan <= whole.makespan
     assert r.info["whole_ops_step"] == whole.makespan
     assert min(r.info["tried"].values()) == r.makespan
+
+
+def test_a_spent_time_budget_returns_the_whole_op_placement(wide, cm):
+    step = wide[-1]
+    r = FDDPSSpaceSearch(time_budget=1e-9).fit(step, cm.cluster(GPUS), cm)
+    assert r.info["out_of_time"] and r.info["kept"] == "whole ops"
+    assert r.info["splits_chosen"] == 0 and r.makespan == r.info["whole_ops_step"]
 
 
 def test_parts_graph_keeps_bytes_apart_and_binds_what_must_share_a_device(wide, cm):
@@ -101,10 +109,14 @@ def test_bad_options_are_named():
         FDDPSSpaceSearch(max_dims=0)
     with pytest.raises(SearchError, match="option 'fddps_options'"):
         FDDPSSpaceSearch(fddps_options={"no_such_option": 1})
+    for bad in (0, -1.0, float("inf"), "soon"):
+        with pytest.raises(SearchError, match="option 'time_budget' must be a positive number"):
+            FDDPSSpaceSearch(time_budget=bad)
     with pytest.raises(SearchError, match="strategy search 'fddps_space' has no option 'beta'"):
         get_search("fddps_space", beta=1)
 
 
+@pytest.mark.slow
 def test_place_runs_it_as_an_algorithm(wide, cm):
     import fddps
 
@@ -116,3 +128,14 @@ def test_place_runs_it_as_an_algorithm(wide, cm):
         p.info["search_info"]["kept"]], rel=1e-9)
     assert "fddps_space" in p.summary()
     assert g.as_graph_def() == before
+
+
+@pytest.mark.slow
+def test_auto_runs_it_and_is_never_slower_than_it(wide, cm):
+    step = wide[-1]
+    cluster = cm.cluster(CPUS)
+    r = get_search("auto", time_budget=60, max_proposals=20, seed=0, writable=True).fit(
+        step, cluster, cm)
+    alone = get_search("fddps_space", writable=True).fit(step, cluster, cm)
+    assert r.info["steps"]["fddps_space"] == alone.makespan  # within its share: the same result
+    assert r.fits and r.makespan <= alone.makespan

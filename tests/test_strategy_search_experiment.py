@@ -20,6 +20,7 @@ def test_strategy_search_benchmark_quick_mode_writes_its_table(tmp_path):
     space = df[df.strategy == "fddps_space"].iloc[0]
     assert space["step_ms"] <= df[df.strategy == "fddps"].iloc[0]["step_ms"]
     assert space["critical_ops"] > 0
+    assert auto["step_ms"] <= space["step_ms"] * (1 + 1e-9)  # auto reuses the row's result
     flows = df[df.strategy == "flexflow"].iloc[0]
     assert flows["proposals"] > 0 and flows["delta_ms"] > 0
     shares = df[[c for c in df.columns if c.startswith("flops_")]].sum(axis=1)

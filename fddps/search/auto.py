@@ -1,11 +1,13 @@
 """Run the searches within a time budget and keep the fastest strategy that fits (``"auto"``).
 
 In order: the baselines (one device, data parallelism, FD-DPS's whole-op
-placement), each fully simulated; the vertex-elimination DP (``"pase"``; a
+placement), each fully simulated; FD-DPS over the strategy space
+(``"fddps_space"``, in ``fddps_space_share`` of the budget, from that
+placement); the vertex-elimination DP (``"pase"``; a
 step too wide for its table bound, or whose costing outlasts ``pase_share`` of
 the budget, is skipped, and the reason kept); then
 FlexFlow's MCMC for the rest of the budget, its chains starting from the
-baselines and the DP's strategy. The answer is the candidate with the
+baselines and the other searches' strategies. The answer is the candidate with the
 shortest simulated step among those that fit in memory (the least penalised
 cost when none fits), so it is never predicted slower than the best baseline.
 ``info`` has every candidate's step, the winner and its margin over the best
@@ -39,11 +41,15 @@ class AutoSearch(StrategySearch):
     pase_share : float
         The share of ``time_budget`` the DP's costing may take before it is
         skipped (default 0.6).
+    fddps_space_share : float
+        The share of ``time_budget`` FD-DPS over the strategy space gets
+        (default 0.3; :class:`~fddps.search.fddps_space.FDDPSSpaceSearch`'s
+        ``time_budget``).
     """
 
     name = "auto"
     options = dict(time_budget=60.0, max_proposals=2000, seed=0, writable=False, progress=False,
-                   pase_share=0.6)
+                   pase_share=0.6, fddps_space_share=0.3)
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -51,11 +57,14 @@ class AutoSearch(StrategySearch):
         self.max_proposals = positive("max_proposals", self.max_proposals, integer=True,
                                       allow_none=False)
         self.pase_share = positive("pase_share", self.pase_share, allow_none=False)
+        self.fddps_space_share = positive("fddps_space_share", self.fddps_space_share,
+                                          allow_none=False)
 
-    def fit(self, step, cluster, cost_model, pase=None) -> SearchResult:
-        """Search; ``pase``, a DP result already computed for this step and cluster (a
-        :class:`SearchResult`), is reused instead of run again (its seconds still count)."""
-        t0 = time.perf_counter() - (pase.seconds if pase is not None else 0.0)
+    def fit(self, step, cluster, cost_model, pase=None, fddps_space=None) -> SearchResult:
+        """Search; ``pase`` and ``fddps_space``, results of those searches already computed for
+        this step and cluster (:class:`SearchResult`), are reused instead of run again
+        (their seconds still count)."""
+        t0 = time.perf_counter() - sum(r.seconds for r in (pase, fddps_space) if r is not None)
         ev = StrategyEvaluator(step, cluster, cost_model)
         starts = baseline_strategies(step, cluster, cost_model, writable=self.writable)
         candidates = {}
@@ -63,6 +72,15 @@ class AutoSearch(StrategySearch):
             score = ev.full(strategy)
             candidates[name] = (strategy, score.makespan, score.peak, score.fits, score.cost)
         skipped, seconds = {}, {"baselines": time.perf_counter() - t0}
+        t = time.perf_counter()
+        fs = fddps_space or get_search(
+            "fddps_space", writable=self.writable, progress=self.progress,
+            time_budget=self.fddps_space_share * self.time_budget).fit(
+            step, cluster, cost_model, start=starts.get("fddps"))
+        candidates["fddps_space"] = (fs.strategy, fs.makespan, fs.peak, fs.fits, fs.info["cost"])
+        starts["fddps_space"] = fs.strategy
+        seconds["fddps_space"] = time.perf_counter() - t + (
+            fddps_space.seconds if fddps_space is not None else 0.0)
         t = time.perf_counter()
         try:
             dp = pase or get_search("pase", writable=self.writable, progress=self.progress,

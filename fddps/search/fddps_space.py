@@ -37,7 +37,8 @@ places the parts:
    strategy that fits in memory wins, FD-DPS's whole-op placement included,
    so the result is never predicted slower than it.
 
-Deterministic: no random choices (FD-DPS's own restarts are seeded).
+Deterministic: no random choices (FD-DPS's own restarts are seeded); a
+``time_budget`` cuts where the machine allows.
 
 Example
 -------
@@ -120,6 +121,11 @@ class FDDPSSpaceSearch(StrategySearch):
     fddps_options : dict, optional
         Options of the FD-DPS scheduler (:class:`fddps.algorithms.fddps.FDDPS`)
         for both the whole ops and the parts.
+    time_budget : float, optional
+        Seconds: choosing stops at half of them (the ops left stay whole), and
+        no further set of splits is tried past them (one try may overrun it;
+        ``info["out_of_time"]`` says whether it cut). Without it the search
+        is deterministic; with it, it cuts where the machine allows.
     writable : bool
         Only configurations the GraphDef rewrite writes (:func:`fddps.tf.place` sets it).
     memory_penalty : float
@@ -131,7 +137,8 @@ class FDDPSSpaceSearch(StrategySearch):
 
     name = "fddps_space"
     options = dict(critical_slack=0.1, min_gain=0.05, max_dims=2, rounds=2, fddps_options=None,
-                   writable=False, memory_penalty=MEMORY_PENALTY, progress=False)
+                   time_budget=None, writable=False, memory_penalty=MEMORY_PENALTY,
+                   progress=False)
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -145,6 +152,7 @@ class FDDPSSpaceSearch(StrategySearch):
                               f"{self.min_gain!r}")
         self.max_dims = positive("max_dims", self.max_dims, integer=True, allow_none=False)
         self.rounds = positive("rounds", self.rounds, integer=True, allow_none=False)
+        self.time_budget = positive("time_budget", self.time_budget)
         if self.fddps_options is not None and not isinstance(self.fddps_options, dict):
             raise SearchError(f"option 'fddps_options' must be a dict of FD-DPS options, got "
                               f"{self.fddps_options!r}")
@@ -200,10 +208,11 @@ class FDDPSSpaceSearch(StrategySearch):
                         move(device[src], dev, nbytes)
         return max(busy.values(), default=0.0) + max(link.values(), default=0.0)
 
-    def choose(self, ev, step, start, candidates, progress=None) -> list:
+    def choose(self, ev, step, start, candidates, progress=None, deadline=None) -> list:
         """``[(op, config, estimated gain)]``: the best configuration of each candidate that beats
         it whole, chosen in step order, each seeing the others' choices so far; ``rounds``
-        passes (a later pass sees its readers' choices too)."""
+        passes (a later pass sees its readers' choices too). Past ``deadline`` (a
+        ``time.perf_counter()`` value) the candidates not yet costed stay as they are."""
         devices = list(ev.cluster.names)
         configs = {n: start.config(n) for n in step.ops}
         splits = {n: [s for s in unit_splits(step, (n,), len(devices), self.max_dims,
@@ -212,6 +221,9 @@ class FDDPSSpaceSearch(StrategySearch):
         for _ in range(self.rounds):
             changed = False
             for name in candidates:
+                if deadline is not None and time.perf_counter() > deadline:
+                    self._out_of_time = True
+                    break
                 home = start.config(name).devices[0]
                 order = [home] + [d for d in devices if d != home]
                 trial = dict(configs)
@@ -246,26 +258,35 @@ class FDDPSSpaceSearch(StrategySearch):
                   for n in step.ops}
         return Strategy(placed, start.default_device, name="fddps over the strategy space")
 
-    def fit(self, step, cluster, cost_model) -> SearchResult:
+    def fit(self, step, cluster, cost_model, start=None) -> SearchResult:
+        """Search; ``start``, FD-DPS's whole-op placement of this step as a strategy (as
+        :func:`~fddps.search.space.baseline_strategies` gives it), is reused if given."""
         from tqdm.auto import tqdm
 
         from ..errors import InfeasibleError
 
         t0 = time.perf_counter()
         ev = StrategyEvaluator(step, cluster, cost_model, self.memory_penalty)
-        starts = baseline_strategies(step, cluster, cost_model, self.fddps_options,
-                                     writable=self.writable)
-        start = starts.get("fddps", starts["one device"])
+        if start is None:
+            starts = baseline_strategies(step, cluster, cost_model, self.fddps_options,
+                                         writable=self.writable)
+            start = starts.get("fddps", starts["one device"])
         scores = {"whole ops": (start, ev.full(start))}
         candidates = self.critical_ops(step, cluster, cost_model) if len(cluster.names) > 1 else []
         bar = tqdm(total=len(candidates) * self.rounds, desc="fddps_space",
                    disable=not self.progress)
-        chosen = self.choose(ev, step, start, candidates, bar)
+        self._out_of_time = False
+        budget = self.time_budget
+        chosen = self.choose(ev, step, start, candidates, bar,
+                             None if budget is None else t0 + budget / 2)
         bar.close()
         t_choose = time.perf_counter() - t0
         ranked = sorted(chosen, key=lambda c: -c[2])
         keep, infeasible, best_step = len(ranked), 0, None
         while keep >= 1:
+            if budget is not None and time.perf_counter() - t0 > budget:
+                self._out_of_time = True
+                break
             try:
                 s = self.place_parts(step, start, ranked[:keep], cluster, cost_model)
                 sc = ev.full(s)
@@ -279,14 +300,16 @@ class FDDPSSpaceSearch(StrategySearch):
         fitting = [k for k, (_, sc) in scores.items() if sc.fits]
         best = (min(fitting, key=lambda k: (scores[k][1].makespan, k != "whole ops")) if fitting
                 else min(scores, key=lambda k: scores[k][1].cost))
-        strategy, score = scores[best]
-        strategy.name = "fddps over the strategy space"
+        chosen_strategy, score = scores[best]
+        strategy = Strategy(dict(chosen_strategy.configs), chosen_strategy.default_device,
+                            name="fddps over the strategy space")  # never rename the start
         split = {n: dict(c.split) for n, c in strategy.configs.items() if c.num_parts > 1}
         info = dict(critical_ops=len(candidates), splits_chosen=len(chosen), kept=best,
                     splits=split, whole_ops_step=scores["whole ops"][1].makespan,
                     speedup_over_whole_ops=scores["whole ops"][1].makespan / score.makespan,
                     tried={k: sc.makespan for k, (_, sc) in scores.items()},
-                    infeasible=infeasible, choose_seconds=t_choose, cost=score.cost)
+                    infeasible=infeasible, choose_seconds=t_choose, cost=score.cost,
+                    out_of_time=self._out_of_time)
         return SearchResult(strategy, score.makespan, score.peak, score.fits, self.name,
                             time.perf_counter() - t0, info)
 
