@@ -1,7 +1,7 @@
 """Strategy searches in simulation: one device, data parallelism, FD-DPS's whole-op
 placement, FD-DPS over the strategy space, FlexFlow's MCMC, the vertex-elimination DP
-(PaSE) and ``auto``, on the six ``slim_models`` networks at the paper's batch sizes on 2, 4 and 8 simulated P100s
-(issue 15's benchmark).
+(PaSE) and ``auto``, on the six ``slim_models`` networks at the paper's batch sizes on
+2, 4 and 8 simulated P100s (issue 15's benchmark).
 
 Every row is a :class:`fddps.strategy.Strategy` expanded and simulated with a
 first-in-first-out executor per device (:func:`fddps.strategy.expand`); its step is
@@ -256,8 +256,8 @@ def main(argv=None):
     print(f"Strategy searches in simulation, CIFAR-10 size. {COST_MODEL_NOTE} "
           f"MCMC and auto budgets: {budget:g} s, {proposals} proposals, seed {args.seed}.")
     cols = [c for c in ("model", "batch", "devices", "strategy", "step_ms", "speedup", "fits",
-                        "peak_mb", "search_s", "ops_split", "critical_ops", "additive_ms", "proposals",
-                        "delta_ms", "full_ms", "winner") if c in df.columns]
+                        "peak_mb", "search_s", "ops_split", "critical_ops", "additive_ms",
+                        "proposals", "delta_ms", "full_ms", "winner") if c in df.columns]
     print(df[cols].round(3).to_string(index=False))
     save_csv_and_plot(df, args.out, _plot)
     return df

@@ -1,7 +1,6 @@
 """FD-DPS over the strategy space (fddps.search.fddps_space): its split step chooses among every
 configuration of the critical ops, FD-DPS's scheduler places the parts."""
 
-import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
