@@ -254,7 +254,8 @@ class FDDPSSpaceSearch(StrategySearch):
         strategy = Strategy(configs, start.default_device)
         graph, tasks = parts_graph(step, strategy, cluster, cost_model)
         schedule = get_algorithm("fddps", **(self.fddps_options or {})).schedule(graph, cluster)
-        placed = {n: OpConfig(configs[n].split, tuple(schedule.placement[t] for t in tasks[n]))
+        device = schedule.placement  # a property that builds the dict: once
+        placed = {n: OpConfig(configs[n].split, tuple(device[t] for t in tasks[n]))
                   for n in step.ops}
         return Strategy(placed, start.default_device, name="fddps over the strategy space")
 
