@@ -35,7 +35,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from experiments.common import (COST_MODEL_NOTE, MODELS, PAPER_BATCH, RESULTS, gpu_cluster,
+from experiments.common import (COST_MODEL_NOTE, MODELS, PAPER_BATCH, RESULTS, build_model, gpu_cluster,
                                 matplotlib_agg, save_csv_and_plot, tf_quiet)
 
 SHAPES = ("whole", "sample", "parameter", "other")
@@ -101,14 +101,13 @@ def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifa
     from fddps.search import SearchError, StrategyEvaluator, get_search
     from fddps.search.space import baseline_strategies
     from fddps.tf.strategy_graph import step_graph
-    from slim_models.training import build_training_graph
 
     cm = default_cost_model("p100")
     rows = []
     for model in models:
         batch = batches.get(model, 32)
         t0 = time.perf_counter()
-        m = build_training_graph(model, batch, dataset=dataset)
+        m = build_model(model, batch, dataset=dataset)
         step = step_graph(m.graph_def, [m.train_op.name, m.loss.op.name])
         base = dict(model=model, batch=batch, ops=len(step))
         one_cluster = gpu_cluster(1, cm)
@@ -168,12 +167,11 @@ def delta_vs_full(models, devices, batches, proposals, seed=0, dataset="cifar10"
     from fddps.search.space import worth_deciding
     from fddps.strategy import OpConfig, data_parallel
     from fddps.tf.strategy_graph import step_graph
-    from slim_models.training import build_training_graph
 
     cm = default_cost_model("p100")
     rows = []
     for model in models:
-        m = build_training_graph(model, batches[model], dataset=dataset)
+        m = build_model(model, batches[model], dataset=dataset)
         step = step_graph(m.graph_def, [m.train_op.name, m.loss.op.name])
         cluster = gpu_cluster(devices, cm)
         names = list(cluster.names)

@@ -27,8 +27,13 @@ DESCRIBED_ATTRS = ("data_format", "transpose_a", "transpose_b", "is_training", "
 MAX_CONST_ELEMENTS = 16
 
 
-def _shape(t):
-    return tuple(t.shape.as_list()) if t.shape.rank is not None else None
+def _shape(t, unknown_dim):
+    """Static shape, an unknown dimension read as ``unknown_dim`` (as :func:`analyse` does):
+    a tensor of unknown extent (``Unique``'s output in a sparse gradient) then has bytes,
+    and no description splits an axis it cannot size."""
+    if t.shape.rank is None:
+        return None
+    return tuple(unknown_dim if d is None else d for d in t.shape.as_list())
 
 
 def _itemsize(dtype):
@@ -80,8 +85,8 @@ def step_graph(graph_def, fetches=None, unknown_dim: int = 1) -> StepGraph:
                        for t in op.inputs))
         ops.append(OpInfo(
             name=node.name, op_type=node.op, inputs=tuple(data), control_inputs=tuple(control),
-            input_shapes=tuple(_shape(t) for t in op.inputs),
-            output_shapes=tuple(_shape(t) for t in op.outputs),
+            input_shapes=tuple(_shape(t, unknown_dim) for t in op.inputs),
+            output_shapes=tuple(_shape(t, unknown_dim) for t in op.outputs),
             input_itemsizes=tuple(_itemsize(t.dtype) for t in op.inputs),
             output_itemsizes=tuple(_itemsize(t.dtype) for t in op.outputs),
             attrs=node_attrs(node, DESCRIBED_ATTRS), const_values=consts,
