@@ -246,6 +246,7 @@ class PaseSearch(StrategySearch):
         """``(vertices, configs, unary, pairwise)`` of the additive cost (module notes)."""
         from tqdm.auto import tqdm
 
+        t0 = time.perf_counter()  # the budget counts the set-up too: seconds on a big step
         devices = list(cluster.names)
         ev = StrategyEvaluator(step, cluster, cost_model)
         vertices = coarsen(step)
@@ -294,7 +295,7 @@ class PaseSearch(StrategySearch):
             return seconds_by_link([((a[1], b[1]), nbytes) for a, b, nbytes in edges
                                     if {vertex_of.get(a[0]), vertex_of.get(b[0])} == ends])
 
-        t0 = time.perf_counter()
+        self._check_time(t0, f"the {len(vertices)} vertices' configurations (before any cost)")
         unary = []
         bar = tqdm(total=len(vertices), desc="pase costs", disable=not self.progress)
         for i, vtx in enumerate(vertices):
