@@ -149,6 +149,8 @@ class OpDims:
     description: OpDescription = field(repr=False, default=None)
     halo: dict = field(default_factory=dict)
     """Per spatial dimension of a sliding-window op: its :class:`Halo`."""
+    whole_reason: str = ""
+    """Why a sliding-window op's spatial axes stay whole (a dilated window), if they do."""
 
 
 #: Where a sliding-window op's kernel extent (rows, columns) comes from.
@@ -461,10 +463,11 @@ def resolve(op: OpInfo) -> OpDims:
     in_specs, out_specs = desc.specs(op) if desc.specs else (desc.inputs, desc.outputs)
     in_shapes = list(op.input_shapes)
     out_shapes = [op.param_shape] if op.op_type == "VarHandleOp" else list(op.output_shapes)
-    halos = {}
+    halos, whole_reason = {}, ""
     if desc.halo:
         halos = _halos(op, desc, in_specs, out_specs, in_shapes, out_shapes)
         if isinstance(halos, str):  # spatial axes stay whole
+            whole_reason = halos
             keep = str.maketrans({c: "." for c in "hwHWYX"})
             in_specs = tuple(s.translate(keep) for s in in_specs)
             out_specs = tuple(s.translate(keep) for s in out_specs)
@@ -520,7 +523,7 @@ def resolve(op: OpInfo) -> OpDims:
     reduction = frozenset(d for d in order if d not in in_out)
     order = [d for d in order if d not in halos] + [d for d in order if d in halos]
     return OpDims(tuple(order), extent, tuple(inputs), tuple(outputs), reduction,
-                  frozenset(d for d in desc.stats if d in extent), desc, halos)
+                  frozenset(d for d in desc.stats if d in extent), desc, halos, whole_reason)
 
 
 def description_table() -> pd.DataFrame:
