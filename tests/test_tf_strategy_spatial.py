@@ -19,7 +19,8 @@ CONFIG = tf.compat.v1.ConfigProto(device_count={"CPU": 4}, allow_soft_placement=
 raw = tf.raw_ops
 CM = default_cost_model("p100")  # GPU devices: the P100 preset, whatever this machine is
 WINDOW_OPS = ["Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "AvgPool",
-              "MaxPoolGrad", "AvgPoolGrad"]
+              "MaxPoolGrad", "AvgPoolGrad", "DepthwiseConv2dNative",
+              "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"]
 X = (2, 7, 9, 3)  # 7 rows and 9 columns: uneven parts for 2 and 3 (and 2 x 2)
 
 
@@ -48,6 +49,17 @@ def _build(op_type, stride, padding, kernel=3):
     if op_type == "Conv2DBackpropFilter":
         return raw.Conv2DBackpropFilter(input=_rand(X, 1), filter_sizes=tf.constant(f),
                                         out_backprop=_rand(y + [4], 3), name="X", **win)
+    dw = (kernel, kernel, X[3], 1)
+    if op_type == "DepthwiseConv2dNative":
+        return raw.DepthwiseConv2dNative(input=_rand(X, 1), filter=_rand(dw, 2), name="X", **win)
+    if op_type == "DepthwiseConv2dNativeBackpropInput":
+        return raw.DepthwiseConv2dNativeBackpropInput(
+            input_sizes=tf.constant(X), filter=_rand(dw, 2), out_backprop=_rand(y + [X[3]], 3),
+            name="X", **win)
+    if op_type == "DepthwiseConv2dNativeBackpropFilter":
+        return raw.DepthwiseConv2dNativeBackpropFilter(
+            input=_rand(X, 1), filter_sizes=tf.constant(dw), out_backprop=_rand(y + [X[3]], 3),
+            name="X", **win)
     if op_type == "MaxPool":
         return raw.MaxPool(input=_rand(X, 1), ksize=ks, name="X", **win)
     if op_type == "AvgPool":
@@ -72,6 +84,10 @@ CASES = [(t, s, p, 3) for t in WINDOW_OPS for s in (1, 2) for p in ("SAME", "VAL
 # A window narrower than its stride (ResNet's 1x1 stride-2 shortcut): rows no window reads.
 CASES += [(t, 2, "VALID", 1) for t in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")]
 CASES += [("MaxPool", 2, "SAME", 2), ("AvgPool", 3, "SAME", 2)]
+# 2x2 stride 3 VALID: the last rows and column are read by no window (a pool's gradient
+# still has the input's shape).
+CASES += [(t, 3, "VALID", 2) for t in ("Conv2DBackpropInput", "MaxPoolGrad", "AvgPoolGrad",
+                                        "Conv2D", "MaxPool")]
 
 
 @pytest.mark.parametrize("op_type,stride,padding,kernel", CASES)
@@ -85,14 +101,15 @@ def test_window_op_split_by_height_and_width_computes_the_whole_op(op_type, stri
     assert set(dims.halo) == {"h", "w"}
     want = _run(gd, "X:0")
     tried = 0
-    for split in ({"h": 2}, {"h": 3}, {"w": 2}, {"w": 3}, {"h": 2, "w": 2}):
+    for split in ({"h": 2}, {"h": 3}, {"w": 2}, {"w": 3}, {"h": 2, "w": 2}, {"n": 2}):
         if any(dims.extent[d] < f for d, f in split.items()):
             continue
         n = int(np.prod(list(split.values())))
         out = rewrite_strategy(gd, Strategy({"X": OpConfig(split, CPUS[:n])}, CPUS[0]), ["X"], CPUS)
         parts = [n for n in out.node if n.name.startswith("X/fddps_part_") and n.op == op_type]
         assert {p.device for p in parts} <= set(CPUS[:n]) and len(parts) >= n - 1
-        assert all(p.attr["padding"].s == b"VALID" for p in parts)
+        if "n" not in split:  # a spatial split runs its parts on the haloed slices, VALID
+            assert all(p.attr["padding"].s == b"VALID" for p in parts)
         np.testing.assert_allclose(_run(out, "X:0"), want, rtol=1e-5, atol=1e-5,
                                    err_msg=f"{op_type} stride {stride} {padding} split {split}")
         tried += 1
@@ -220,8 +237,8 @@ def test_split_factor_larger_than_the_spatial_extent_names_the_op_and_dimension(
 
 # -- a training step with every convolution split by rows ------------------------------
 def _cnn():
-    """Conv-BN-ReLU, max pool (3x3/2 SAME), conv (3x3/2 VALID), ReLU, average pool (2x2/1
-    SAME), dense, softmax cross-entropy, momentum: a real training step."""
+    """Conv-BN-ReLU, max pool (3x3/2 SAME), depthwise conv (3x3/1 SAME), conv (3x3/2 VALID),
+    ReLU, average pool (2x2/1 SAME), dense, softmax cross-entropy, momentum: a real step."""
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.set_random_seed(3)
@@ -232,11 +249,13 @@ def _cnn():
                                           use_resource=True)
         beta = tf.compat.v1.get_variable("beta", [8], initializer=tf.zeros_initializer(),
                                          use_resource=True)
+        wd = tf.compat.v1.get_variable("wd", [3, 3, 8, 1], use_resource=True)
         w2 = tf.compat.v1.get_variable("w2", [3, 3, 8, 8], use_resource=True)
         w3 = tf.compat.v1.get_variable("w3", [3 * 3 * 8, 5], use_resource=True)
         h = tf.nn.conv2d(x, w1, 1, "SAME")
         h, _, _ = tf.compat.v1.nn.fused_batch_norm(h, gamma, beta, is_training=True)
         h = tf.nn.max_pool2d(tf.nn.relu(h), 3, 2, "SAME")               # 8 x 8
+        h = tf.nn.depthwise_conv2d(h, wd, [1, 1, 1, 1], "SAME")
         h = tf.nn.relu(tf.nn.conv2d(h, w2, 2, "VALID"))                  # 3 x 3
         h = tf.nn.avg_pool2d(h, 2, 1, "SAME")
         logits = tf.matmul(tf.reshape(h, [4, -1]), w3)
@@ -244,7 +263,7 @@ def _cnn():
                                                                       logits=logits), name="loss")
         train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
         init = tf.compat.v1.global_variables_initializer()
-    return g, [train.name, "loss:0"], init.name, [w1, gamma, beta, w2, w3]
+    return g, [train.name, "loss:0"], init.name, [w1, gamma, beta, wd, w2, w3]
 
 
 def _step_results(gd, fetches, init, variables):

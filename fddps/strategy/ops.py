@@ -12,7 +12,7 @@ character   meaning
 ==========  =================================================================
 ``a``-``z`` an iteration dimension; splitting it splits this axis
 ``.``       an axis never split (the softmax's class axis; a concatenation
-            axis; spatial axes of depthwise convolutions)
+            axis; a depthwise filter's multiplier)
 ``H``/``W`` a sliding-window op's input rows (columns) that the part's
             windows read: dimension ``h`` (``w``) mapped through stride,
             kernel extent and padding (:class:`Halo`): the part's own rows
@@ -235,7 +235,15 @@ class HaloAxis:
         return self.halo.dim
 
     def rows(self, a: int, b: int) -> tuple:
-        """The rows of this axis that a part with rows ``[a, b)`` of ``dim`` needs (clipped)."""
+        """The rows of this axis that a part with rows ``[a, b)`` of ``dim`` needs (clipped).
+
+        A part with all of ``dim`` reads the whole axis: it runs the op as it is,
+        rows no window reads included (a 1x1 stride-2 window skips every other
+        row; a max pool's gradient has its input's shape).
+        """
+        h = self.halo
+        if (a, b) == (0, h.size if h.backward else h.out):
+            return (0, h.size) if self.reads else (0, h.out)
         if self.reads:
             return self.halo.clip(*self.halo.reads(a, b))[0]
         return self.halo.windows(a, b)
@@ -377,11 +385,13 @@ for _d in (
     OpDescription("Conv2DBackpropFilter", ("nHWi", "=0", "nhwo"), ("..io",), _NHWC,
                   halo="forward", kernel="filter_sizes",
                   note="n, h, w are reductions: sample and row parts give partial weight gradients"),
-    OpDescription("DepthwiseConv2dNative", ("n..c", "..c."), ("n..c",), _NHWC,
+    OpDescription("DepthwiseConv2dNative", ("nHWc", "..c."), ("nhwc",), _NHWC, halo="forward",
+                  kernel="filter",
                   note="depth multiplier 1 only (else the channel map is not one-to-one)"),
-    OpDescription("DepthwiseConv2dNativeBackpropInput", ("=0", "..c.", "n..c"), ("n..c",), _NHWC),
-    OpDescription("DepthwiseConv2dNativeBackpropFilter", ("n..c", "=0", "n..c"), ("..c.",), _NHWC,
-                  note="n is a reduction"),
+    OpDescription("DepthwiseConv2dNativeBackpropInput", ("=0", "..c.", "nYXc"), ("nhwc",), _NHWC,
+                  halo="backward", kernel="filter"),
+    OpDescription("DepthwiseConv2dNativeBackpropFilter", ("nHWc", "=0", "nhwc"), ("..c.",), _NHWC,
+                  halo="forward", kernel="filter_sizes", note="n, h, w are reductions"),
     OpDescription("MatMul", ("nk", "kc"), ("nc",), (("transpose_a", False), ("transpose_b", False))),
     OpDescription("MatMul", ("kn", "kc"), ("nc",), (("transpose_a", True), ("transpose_b", False))),
     OpDescription("MatMul", ("nk", "ck"), ("nc",), (("transpose_a", False), ("transpose_b", True))),

@@ -415,7 +415,10 @@ def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
                 node.input.append(w.const(f"{pname}/shape_{k}", [b - a for a, b in region],
                                           tf_op.inputs[k].dtype, p.device))
                 continue
-            t = w.read(src, port, _box(axes, shape, p.box), p.device, shape)
+            box = tuple((a.halo.clip(*reads[a.dim])[0] if a.reads else windows[a.dim])
+                        if isinstance(a, HaloAxis) else r
+                        for a, r in zip(axes, _box(axes, shape, p.box)))
+            t = w.read(src, port, box, p.device, shape)
             pads = [list(a.halo.clip(*reads[a.dim])[1]) if isinstance(a, HaloAxis) and a.reads
                     else [0, 0] for a in axes]
             t = _pad(w, f"{pname}/pad_{k}", t, pads, p.device, dtype, lowest)
