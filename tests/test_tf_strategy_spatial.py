@@ -335,3 +335,20 @@ def test_resnet50_step_with_every_window_op_split_by_rows_and_columns_matches_un
     for name, a, b in zip(model.reads, want.variables, got.variables):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=name)
     assert m.graph_def == before
+
+
+@pytest.mark.slow
+def test_cnn_step_split_by_rows_runs_across_two_local_cluster_workers(tf_train_step):
+    from fddps.tf import local_cluster
+
+    g, model = _cnn()
+    fetches = [model.train, model.loss]
+    want = tf_train_step(g.as_graph_def(), model, CONFIG)
+    with local_cluster(2, threads_per_worker=1) as cluster:
+        strategy = attribute_split(step_graph(g, fetches), cluster.devices)
+        gd = rewrite_strategy(g, strategy, fetches, cluster.devices)
+        assert {n.device for n in gd.node if "/fddps_part_" in n.name} == set(cluster.devices)
+        got = tf_train_step(gd, model, cluster.session_config(), cluster.target)
+    np.testing.assert_allclose(got.loss, want.loss, rtol=1e-5)
+    for name, a, b in zip(model.reads, want.variables, got.variables):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=name)
