@@ -30,7 +30,12 @@ def _rand(shape, seed):
     return tf.constant(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
 
 
+EXPLICIT = [0, 0, 2, 1, 1, 0, 0, 0]  # rows: 2 before, 1 after; columns: 1 before
+
+
 def _out_shape(stride, padding, kernel):
+    if padding == "EXPLICIT":
+        return [(X[1] + 3 - kernel) // stride + 1, (X[2] + 1 - kernel) // stride + 1]
     if padding == "SAME":
         return [-(-X[1] // stride), -(-X[2] // stride)]
     return [(X[1] - kernel) // stride + 1, (X[2] - kernel) // stride + 1]
@@ -40,6 +45,8 @@ def _build(op_type, stride, padding, kernel=3):
     """The op ``X`` of ``op_type`` (NHWC, dilation 1) in the current graph."""
     st = [1, stride, stride, 1]
     win = dict(strides=st, padding=padding)
+    if padding == "EXPLICIT":
+        win["explicit_paddings"] = EXPLICIT
     f = (kernel, kernel, X[3], 4)
     ks = [1, kernel, kernel, 1]
     y = [X[0]] + _out_shape(stride, padding, kernel)
@@ -86,6 +93,8 @@ CASES = [(t, s, p, 3) for t in WINDOW_OPS for s in (1, 2) for p in ("SAME", "VAL
 # A window narrower than its stride (ResNet's 1x1 stride-2 shortcut): rows no window reads.
 CASES += [(t, 2, "VALID", 1) for t in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")]
 CASES += [("MaxPool", 2, "SAME", 2), ("AvgPool", 3, "SAME", 2)]
+CASES += [(t, s, "EXPLICIT", 3) for t in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+          for s in (1, 2)]
 # 2x2 stride 3 VALID: the last rows and column are read by no window (a pool's gradient
 # still has the input's shape).
 CASES += [(t, 3, "VALID", 2) for t in ("Conv2DBackpropInput", "MaxPoolGrad", "AvgPoolGrad",
