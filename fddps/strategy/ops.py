@@ -213,7 +213,9 @@ class Halo:
         """``((lo', hi'), (pad_before, pad_after))``: the rows of ``[lo, hi)`` that exist
         and the padding rows around them."""
         c0, c1 = min(max(lo, 0), self.size), max(min(hi, self.size), 0)
-        return (c0, max(c0, c1)), (max(0, -lo) if hi > lo else 0, max(0, hi - self.size) if hi > lo else 0)
+        if hi <= lo:
+            return (c0, c0), (0, 0)
+        return (c0, max(c0, c1)), (max(0, -lo), max(0, hi - self.size))
 
     def counts(self, y0: int, y1: int) -> np.ndarray:
         """Per window of ``[y0, y1)``: how many of its rows are real (not padding)."""
