@@ -21,7 +21,16 @@ from .graphdef import VARIABLE_OPS, _parse_input, _tf, analyse
 from .split_candidates import node_attrs, shape_input_value
 
 #: Attributes op descriptions test.
-DESCRIBED_ATTRS = ("data_format", "transpose_a", "transpose_b", "is_training", "keep_dims")
+DESCRIBED_ATTRS = ("data_format", "transpose_a", "transpose_b", "is_training", "keep_dims",
+                   "padding")
+
+#: Integer-list attributes of sliding windows (their halos: :class:`fddps.strategy.ops.Halo`).
+WINDOW_ATTRS = ("strides", "ksize", "dilations", "explicit_paddings")
+
+
+def _window_attrs(node) -> dict:
+    return {k: tuple(node.attr[k].list.i) for k in WINDOW_ATTRS
+            if k in node.attr and node.attr[k].WhichOneof("value") == "list"}
 
 #: Integer inputs whose static value is read (axes, shapes, paddings), at most this many elements.
 MAX_CONST_ELEMENTS = 16
@@ -89,7 +98,7 @@ def step_graph(graph_def, fetches=None, unknown_dim: int = 1) -> StepGraph:
             output_shapes=tuple(_shape(t, unknown_dim) for t in op.outputs),
             input_itemsizes=tuple(_itemsize(t.dtype) for t in op.inputs),
             output_itemsizes=tuple(_itemsize(t.dtype) for t in op.outputs),
-            attrs=node_attrs(node, DESCRIBED_ATTRS), const_values=consts,
+            attrs={**node_attrs(node, DESCRIBED_ATTRS), **_window_attrs(node)}, const_values=consts,
             flops=float(row["flops"]), input_bytes=float(row["input_bytes"]),
             output_bytes=float(row["output_bytes"]), param_bytes=float(row["param_bytes"]),
             param_shape=param_shape, group=row["colocation_group"], tied=bool(tied)))
