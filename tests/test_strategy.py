@@ -135,6 +135,22 @@ def test_data_parallel_reduces_every_weight_gradient_once_per_other_device(vgg, 
     assert timeline.makespan > 0 and (timeline.peak_memory > 0).all()
 
 
+def test_data_parallel_sums_each_gradient_where_its_variable_lives(vgg, cm):
+    """As on a parameter server: a weight's gradient sum (TF's AddN, colocated
+    with the weight decay's gradient) runs on its variable's device, so the
+    summed gradient never travels; the weight decay's L2Loss stays by its weight."""
+    strategy = data_parallel(vgg, GPUS[:4])
+    updates = [op for op in vgg.ops.values() if op.op_type == "ResourceApplyMomentum"]
+    assert len({strategy.config(op.name).devices for op in updates}) == 4  # variables spread
+    for op in updates:
+        grad = op.inputs[3][0]  # (var, accum, lr, grad, momentum)
+        assert strategy.config(grad).devices == strategy.config(op.name).devices, grad
+    decays = [op for op in vgg.ops.values() if op.op_type == "L2Loss"]
+    assert decays
+    for op in decays:
+        assert strategy.config(op.name).devices == strategy.config(op.inputs[0][0]).devices
+
+
 def test_sharded_variable_holds_its_share_and_gradients_reduce_scatter(vgg, cm):
     d = GPUS[:2]
     cluster = cm.cluster(d)
