@@ -20,7 +20,10 @@ both ends' layouts:
   other parts of its channels before any of them normalises;
 - a part's time is the cost model's at the part's own shape (FLOPs scaled by
   its share of the iteration domain, bytes from its boxes), its transient
-  memory its outputs, its persistent memory its share of a variable.
+  memory its outputs, its persistent memory its share of a variable (and of
+  each optimizer slot, a variable of its own); a part that reads a variable
+  part on its device (``ReadVariableOp``, ``Identity``) allocates nothing
+  (:attr:`fddps.OpGraph.aliases`) unless it gathers its input from pieces.
 
 Example
 -------
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..graph import OpGraph
+from ..graph import ALIAS_OP_TYPES, OpGraph
 from .graph import tensor_bytes
 from .ops import NotDescribed, resolve
 from .strategy import parts, validate
@@ -97,6 +100,13 @@ def _tensor_box(axes, shape, box):
     return tuple(box[d] if d is not None else (0, s) for d, s in zip(axes, shape or ()))
 
 
+def task_aliases(op_types, names, gathers):
+    """Per task, whether its outputs alias its input (:data:`fddps.graph.ALIAS_OP_TYPES`):
+    not for a task in ``gathers``, which assembles its first input from several
+    pieces (a read of a split variable kept whole) into a buffer of its own."""
+    return [t in ALIAS_OP_TYPES and n not in gathers for t, n in zip(op_types, names)]
+
+
 def expand(step, strategy, cluster, cost_model) -> Expansion:
     """The task graph of ``strategy`` on ``cluster``, costed by ``cost_model``.
 
@@ -117,7 +127,7 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
     """
     validate(strategy, step, cluster.names)
     rows, names, device, edges = [], [], {}, []
-    tasks, layouts, reduces = {}, {}, {}
+    tasks, layouts, reduces, gathers = {}, {}, {}, set()
 
     def add_task(name, dev, op_type, flops, in_bytes, out_bytes, param_bytes=0.0):
         names.append(name)
@@ -189,7 +199,10 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
                          _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
                 edges.append((target, task, 0.0))
             for k, (src, port) in enumerate(op.inputs):
+                before = len(edges)
                 feed(src, port, in_boxes[k], target, p.device)
+                if k == 0 and len(edges) - before > 1:
+                    gathers.add(target)  # assembles its input from pieces: a new buffer
             for src in op.control_inputs:
                 edges.extend((t, target, 0.0) for t in tasks[src])
             for k, box in enumerate(out_boxes):
@@ -212,7 +225,8 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
                             for t in types])
     persistent, transient = cost_model.memory(table)
     graph = OpGraph(names, cost, edges, memory=persistent, transient=transient,
-                    device_types=types, op_types=table["op_type"].tolist(), pinned=device)
+                    device_types=types, op_types=table["op_type"].tolist(), pinned=device,
+                    aliases=task_aliases(table["op_type"], names, gathers))
     return Expansion(graph, device, tasks, table)
 
 
