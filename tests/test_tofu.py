@@ -330,9 +330,13 @@ def test_split_variables_hold_their_share_and_fit_where_whole_variables_cannot(c
     big = max((n for n, op in step.ops.items() if op.op_type == "VarHandleOp"),
               key=lambda n: step.ops[n].param_bytes)
     assert plan.strategy.config(big).num_parts == 4
-    held = [ex.graph.memory[ex.graph.index[t]] for t in ex.tasks[big]]
-    assert sum(held) == pytest.approx(step.ops[big].param_bytes)
-    assert max(held) == pytest.approx(step.ops[big].param_bytes / 4)
+    slots = [n for n, op in step.ops.items() if op.op_type == "VarHandleOp" and n != big
+             and op.group == step.ops[big].group]
+    assert slots  # its momentum slot, colocated with it
+    for var in [big] + slots:  # each part holds its share of the weights and of the slot
+        held = [ex.graph.memory[ex.graph.index[t]] for t in ex.tasks[var]]
+        assert sum(held) == pytest.approx(step.ops[var].param_bytes)
+        assert max(held) == pytest.approx(step.ops[var].param_bytes / 4)
 
 
 @pytest.mark.parametrize("op_type", ["TanhGrad", "SigmoidGrad"])
