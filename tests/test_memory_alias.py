@@ -93,6 +93,29 @@ def test_expanded_reads_alias_their_part_but_a_whole_read_of_a_split_variable_ga
     assert sorted(ALIAS_OP_TYPES & {"ReadVariableOp", "Identity"}) == ["Identity", "ReadVariableOp"]
 
 
+def test_a_shape_only_reader_on_another_device_receives_no_bytes():
+    """``tf.gradients`` reads a weight through ``ShapeN``: only its (static) shape is
+    needed, so a ShapeN kept whole elsewhere must not gather the weight there."""
+    step = StepGraph([
+        OpInfo("w", "Const", output_shapes=((256, 256),), output_itemsizes=(4,),
+               output_bytes=262144.0),
+        OpInfo("s", "ShapeN", inputs=(("w", 0),), input_shapes=((256, 256),), input_itemsizes=(4,),
+               output_shapes=((2,),), output_itemsizes=(4,), output_bytes=8.0),
+    ])
+    cm = default_cost_model("p100")
+    devs = ["/device:GPU:0", "/device:GPU:1"]
+    cluster = cm.cluster(devs)
+    s = Strategy({"w": OpConfig({}, (devs[1],)), "s": OpConfig({}, (devs[0],))}, devs[0])
+    ex = expand(step, s, cluster, cm)
+    assert ex.graph.bytes.tolist() == [0.0]
+    assert ex.simulate(cluster).peak_memory.tolist() == [8.0, 262144.0]
+    from fddps.search.evaluate import StrategyEvaluator
+
+    ev = StrategyEvaluator(step, cluster, cm)
+    ev.reset(s)
+    assert ev.timeline().peak_memory.tolist() == [8.0, 262144.0]
+
+
 # -- against TensorFlow's own accounting --------------------------------------------------
 tf = pytest.importorskip("tensorflow")
 

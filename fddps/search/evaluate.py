@@ -49,7 +49,7 @@ import pandas as pd
 from ..graph import OpGraph
 from ..simulate import simulate
 from ..strategy.expand import _box_bytes, _intersect, _tensor_box, expand, part_task, task_aliases
-from ..strategy.ops import NotDescribed, resolve
+from ..strategy.ops import SHAPE_ONLY_OPS, NotDescribed, resolve
 from ..strategy.strategy import Strategy, parts, validate
 
 #: Default weight of memory over capacity: the cost is multiplied by
@@ -272,6 +272,9 @@ class StrategyEvaluator:
                      _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
                 recs.append(("E", target, t, 0.0))
             for k, (src, port) in enumerate(op.inputs):
+                if op.op_type in SHAPE_ONLY_OPS:  # as expand: no bytes move
+                    recs.extend(("E", t, target, 0.0) for t, _, _ in layouts[src][2][port][0])
+                    continue
                 before = len(recs)
                 feed(src, port, in_boxes[k], target, p.device)
                 if k == 0 and len(recs) - before > 1:

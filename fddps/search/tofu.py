@@ -91,7 +91,7 @@ from networkx.utils import UnionFind
 
 from ..errors import InfeasibleError
 from ..strategy import NotDescribed, OpConfig, Strategy, data_parallel, resolve, simulate_strategy
-from ..strategy.ops import ELEMENTWISE_OPS
+from ..strategy.ops import ELEMENTWISE_OPS, SHAPE_ONLY_OPS
 
 _GRADIENT = re.compile(r"^gradients(?:_\d+)?/")
 
@@ -408,8 +408,10 @@ class Tofu:
         def states(n, port, output):
             op = step.ops[n]
             if n not in dims:
+                if not output:  # a shape-only reader needs no bytes
+                    return ["none" if op.op_type in SHAPE_ONLY_OPS else "whole"]
                 return ["none" if not op.output_itemsizes or port >= len(op.output_itemsizes)
-                        or not op.output_itemsizes[port] else "whole"] if output else ["whole"]
+                        or not op.output_itemsizes[port] else "whole"]
             d = dims[n]
             axes = (d.outputs if output else d.inputs)
             a = axes[port] if port < len(axes) else "whole-spec"

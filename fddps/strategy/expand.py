@@ -4,6 +4,8 @@ Each op becomes its parts (``X/fddps_part_j``; a whole op keeps its name ``X``),
 on the devices its configuration names. What moves between them depends on
 both ends' layouts:
 
+- an op that reads only shapes (:data:`~fddps.strategy.ops.SHAPE_ONLY_OPS`)
+  receives no bytes;
 - an edge from a producer part to a consumer part carries only the bytes of
   the intersection of the producer part's box of the tensor with the box the
   consumer part reads, and nothing when they share a device (equal layouts
@@ -50,7 +52,7 @@ import pandas as pd
 
 from ..graph import ALIAS_OP_TYPES, OpGraph
 from .graph import tensor_bytes
-from .ops import NotDescribed, resolve
+from .ops import SHAPE_ONLY_OPS, NotDescribed, resolve
 from .strategy import parts, validate
 
 
@@ -199,6 +201,9 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
                          _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
                 edges.append((target, task, 0.0))
             for k, (src, port) in enumerate(op.inputs):
+                if op.op_type in SHAPE_ONLY_OPS:  # ordered after its input, reads no bytes
+                    edges.extend((t, target, 0.0) for t, _, _ in layouts[src, port][0])
+                    continue
                 before = len(edges)
                 feed(src, port, in_boxes[k], target, p.device)
                 if k == 0 and len(edges) - before > 1:
