@@ -40,7 +40,8 @@ def test_registry_covers_the_required_op_types():
     table = description_table()
     assert set(REQUIRED) <= set(table["op_type"])
     conv = table[table.op_type == "Conv2D"].iloc[0]
-    assert conv.inputs == "n..i, ..io" and conv.outputs == "n..o"
+    assert conv.inputs == "nHWi, ..io" and conv.outputs == "nhwo"
+    assert conv.halo == "forward, kernel from filter"
 
 
 def test_resolve_reads_dimensions_reductions_and_broadcasts():
@@ -74,7 +75,7 @@ def test_validation_names_what_is_wrong(vgg):
     d = GPUS[:2]
     cases = [({"nope": OpConfig({}, d[:1])}, "'nope', which is not in the step"),
              ({const: OpConfig({"n": 2}, d)}, f"{const!r} \\(Const\\) cannot be split"),
-             ({conv: OpConfig({"z": 2}, d)}, "has no dimension 'z'; its dimensions are n, o, i"),
+             ({conv: OpConfig({"z": 2}, d)}, "has no dimension 'z'; its dimensions are n, o, i, h, w"),
              ({conv: OpConfig({"i": 4}, d * 2)}, "factor 4 of dimension 'i' is larger than the dimension \\(3\\)"),
              ({conv: OpConfig({"o": 3}, d + d[:1])}, "larger than the number of devices \\(2\\)"),
              ({conv: OpConfig({"n": 2}, d[:1])}, "2 parts but 1 devices"),

@@ -10,6 +10,10 @@ both ends' layouts:
   the intersection of the producer part's box of the tensor with the box the
   consumer part reads, and nothing when they share a device (equal layouts
   on the same devices move nothing);
+- a part of a sliding-window op split by height or width reads its rows
+  plus a halo (:class:`~fddps.strategy.ops.Halo`): the halo rows held by a
+  neighbouring part on another device are that edge's bytes, the rows the
+  part's device already holds cost nothing;
 - a tensor whose producer split a reduction dimension holds partial sums:
   each consumer (box, device) gets a reduce task (``AddN``) on its device
   that receives every partial's overlap. Weight gradients of sample-split
@@ -52,7 +56,7 @@ import pandas as pd
 
 from ..graph import ALIAS_OP_TYPES, OpGraph
 from .graph import tensor_bytes
-from .ops import SHAPE_ONLY_OPS, NotDescribed, resolve
+from .ops import SHAPE_ONLY_OPS, HaloAxis, NotDescribed, resolve
 from .strategy import parts, validate
 
 
@@ -96,10 +100,17 @@ def _intersect(a, b):
 
 
 def _tensor_box(axes, shape, box):
-    """Box of a tensor (axis ranges) that a part with iteration ``box`` reads or writes."""
+    """Box of a tensor (axis ranges) that a part with iteration ``box`` reads or writes.
+
+    A halo axis (:class:`~fddps.strategy.ops.HaloAxis`) reads the part's rows
+    mapped through its window: its own rows plus the halo rows of its
+    neighbours, which :func:`expand`'s edges then charge as transfers from
+    the parts holding them.
+    """
     if not isinstance(axes, tuple) or (axes and axes[0] == "shape"):
         return tuple((0, s) for s in (shape or ()))
-    return tuple(box[d] if d is not None else (0, s) for d, s in zip(axes, shape or ()))
+    return tuple((0, s) if d is None else d.rows(*box[d.dim]) if isinstance(d, HaloAxis)
+                 else box[d] for d, s in zip(axes, shape or ()))
 
 
 def task_aliases(op_types, names, gathers):

@@ -13,7 +13,9 @@ the ops it does not name. Whole-op placement, data parallelism and channel
   devices by size (parameter servers); weight gradients then reach their
   variable's device as partial sums (a reduce per link);
 - :func:`parameter_split`: chosen op types split along their parameter
-  (output-channel) dimension.
+  (output-channel) dimension;
+- :func:`attribute_split`: ops with a height (width) split along it,
+  convolutions and pools reading a halo from their neighbours.
 
 :func:`parts` enumerates a configured op's parts and the box of its iteration
 domain each one computes; :func:`validate` checks a strategy against a step.
@@ -165,6 +167,9 @@ def validate(strategy: Strategy, step, devices: Sequence[str]) -> None:
             except NotDescribed as why:
                 raise StrategyError(f"op {name!r} ({op.op_type}) cannot be split: {why}") from None
             for d, f in cfg.split.items():
+                if d not in dims.extent and d in ("h", "w") and dims.description.halo:
+                    raise StrategyError(f"op {name!r} ({op.op_type}) cannot be split along {d!r}: "
+                                        f"its spatial axes stay whole ({dims.whole_reason})")
                 if d not in dims.extent:
                     raise StrategyError(f"op {name!r} ({op.op_type}) has no dimension {d!r}; its "
                                         f"dimensions are {', '.join(dims.dims) or 'none'}")
@@ -326,6 +331,52 @@ def parameter_split(step, devices: Sequence[str], op_types=None, *, only=None) -
         return {d: f} if f > 1 else {}
 
     return _split_where(step, devices, choose, "parameter split")
+
+
+def attribute_split(step, devices: Sequence[str], dims: Sequence[str] = ("h",), *,
+                    only=None) -> Strategy:
+    """FlexFlow's attribute dimension: every op with a height (and/or width) split along it.
+
+    Parameters
+    ----------
+    step : StepGraph
+    devices : sequence of str
+    dims : sequence of str
+        ``("h",)`` (rows), ``("w",)`` or ``("h", "w")``; with both, the
+        devices are shared out as ``k = kh * kw`` with ``kh >= kw``.
+    only : callable, optional
+        ``only(op) -> bool`` narrows the ops.
+
+    Returns
+    -------
+    Strategy
+        Convolutions, pools, their gradients (a halo each), batch norm
+        (statistics reduced across the parts) and element-wise ops split into
+        ``min(factor, extent)`` parts per dimension; the rest as
+        :func:`data_parallel`'s home devices.
+
+    Example
+    -------
+    >>> from fddps.strategy.graph import OpInfo, StepGraph
+    >>> g = StepGraph([OpInfo("x", "Relu", input_shapes=((2, 6, 6, 3),),
+    ...                       output_shapes=((2, 6, 6, 3),))])
+    >>> attribute_split(g, ["d0", "d1", "d2", "d3"], ("h", "w")).config("x").split
+    {'h': 2, 'w': 2}
+    """
+    devices = list(devices)
+    k = len(devices)
+    factors = {dims[0]: k} if len(dims) == 1 else {}
+    if len(dims) == 2:
+        kw = max(f for f in range(1, int(k ** 0.5) + 1) if k % f == 0)
+        factors = {dims[0]: k // kw, dims[1]: kw}
+
+    def choose(op, op_dims):
+        if only and not only(op):
+            return {}
+        split = {d: min(f, op_dims.extent[d]) for d, f in factors.items() if d in op_dims.extent}
+        return {d: f for d, f in split.items() if f > 1}
+
+    return _split_where(step, devices, choose, "attribute split")
 
 
 def mixed(step, devices: Sequence[str]) -> Strategy:
