@@ -287,7 +287,7 @@ class PaseSearch(StrategySearch):
                             busy[r[2]] += float(r[3][0][column[r[2]]])
                     elif r[0] == "E":
                         edges.append((owner(r[1], cfg_map), owner(r[2], cfg_map), r[3]))
-                    else:  # a reduce request: it runs on the reader's device, inputs arrive there
+                    elif r[0] == "R":  # a reduce request: it runs on the reader's device, inputs arrive there
                         _, key, consumer, overlapping, costs = r
                         if costed:
                             busy[key[3]] += float(costs[0][column[key[3]]])

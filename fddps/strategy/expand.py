@@ -4,6 +4,8 @@ Each op becomes its parts (``X/fddps_part_j``; a whole op keeps its name ``X``),
 on the devices its configuration names. What moves between them depends on
 both ends' layouts:
 
+- an op that reads only shapes (:data:`~fddps.strategy.ops.SHAPE_ONLY_OPS`)
+  receives no bytes;
 - an edge from a producer part to a consumer part carries only the bytes of
   the intersection of the producer part's box of the tensor with the box the
   consumer part reads, and nothing when they share a device (equal layouts
@@ -24,7 +26,10 @@ both ends' layouts:
   other parts of its channels before any of them normalises;
 - a part's time is the cost model's at the part's own shape (FLOPs scaled by
   its share of the iteration domain, bytes from its boxes), its transient
-  memory its outputs, its persistent memory its share of a variable.
+  memory its outputs, its persistent memory its share of a variable (and of
+  each optimizer slot, a variable of its own); a part that reads a variable
+  part on its device (``ReadVariableOp``, ``Identity``) allocates nothing
+  (:attr:`fddps.OpGraph.aliases`) unless it gathers its input from pieces.
 
 Example
 -------
@@ -49,9 +54,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..graph import OpGraph
+from ..graph import ALIAS_OP_TYPES, OpGraph
 from .graph import tensor_bytes
-from .ops import HaloAxis, NotDescribed, resolve
+from .ops import SHAPE_ONLY_OPS, HaloAxis, NotDescribed, resolve
 from .strategy import parts, validate
 
 
@@ -108,6 +113,13 @@ def _tensor_box(axes, shape, box):
                  else box[d] for d, s in zip(axes, shape or ()))
 
 
+def task_aliases(op_types, names, gathers):
+    """Per task, whether its outputs alias its input (:data:`fddps.graph.ALIAS_OP_TYPES`):
+    not for a task in ``gathers``, which assembles its first input from several
+    pieces (a read of a split variable kept whole) into a buffer of its own."""
+    return [t in ALIAS_OP_TYPES and n not in gathers for t, n in zip(op_types, names)]
+
+
 def expand(step, strategy, cluster, cost_model) -> Expansion:
     """The task graph of ``strategy`` on ``cluster``, costed by ``cost_model``.
 
@@ -128,7 +140,7 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
     """
     validate(strategy, step, cluster.names)
     rows, names, device, edges = [], [], {}, []
-    tasks, layouts, reduces = {}, {}, {}
+    tasks, layouts, reduces, gathers = {}, {}, {}, set()
 
     def add_task(name, dev, op_type, flops, in_bytes, out_bytes, param_bytes=0.0):
         names.append(name)
@@ -200,7 +212,13 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
                          _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
                 edges.append((target, task, 0.0))
             for k, (src, port) in enumerate(op.inputs):
+                if op.op_type in SHAPE_ONLY_OPS:  # ordered after its input, reads no bytes
+                    edges.extend((t, target, 0.0) for t, _, _ in layouts[src, port][0])
+                    continue
+                before = len(edges)
                 feed(src, port, in_boxes[k], target, p.device)
+                if k == 0 and len(edges) - before > 1:
+                    gathers.add(target)  # assembles its input from pieces: a new buffer
             for src in op.control_inputs:
                 edges.extend((t, target, 0.0) for t in tasks[src])
             for k, box in enumerate(out_boxes):
@@ -223,7 +241,8 @@ def expand(step, strategy, cluster, cost_model) -> Expansion:
                             for t in types])
     persistent, transient = cost_model.memory(table)
     graph = OpGraph(names, cost, edges, memory=persistent, transient=transient,
-                    device_types=types, op_types=table["op_type"].tolist(), pinned=device)
+                    device_types=types, op_types=table["op_type"].tolist(), pinned=device,
+                    aliases=task_aliases(table["op_type"], names, gathers))
     return Expansion(graph, device, tasks, table)
 
 

@@ -372,6 +372,10 @@ def _reshape_specs(op: OpInfo):
 
 _NHWC = (("data_format", "NHWC"),)
 _TRAINING = (("is_training", True),)
+#: Ops that read only their inputs' shapes (static in a training step: TensorFlow
+#: folds them to constants), so no input bytes move to them.
+SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
 ELEMENTWISE_OPS = ("Relu", "ReluGrad", "Relu6", "Mul", "Sub", "AddV2", "Add", "AddN", "RealDiv",
                    "Neg", "Floor", "FloorMod", "GreaterEqual", "SelectV2", "Identity",
                    "Maximum", "Minimum", "Square", "Sqrt", "Rsqrt", "Tanh", "Sigmoid", "Cast",
