@@ -54,7 +54,9 @@ rewrite does not write split variables yet; they are spread over the devices
 by bytes as :func:`fddps.strategy.data_parallel` does); ops without a
 description (on the device of their first input's first part); with
 ``writable=True`` (default) batch norm is not split along its statistics
-dimensions (the rewrite refuses those too).
+dimensions (the rewrite writes those since the spatial splits landed, but
+opening them to Tofu's DP is untested: on the wide MLP of the tests it
+changed which plans the memory fallback finds).
 
 Example
 -------
@@ -194,7 +196,7 @@ class Tofu:
     ----------
     writable : bool
         Only choices :func:`fddps.tf.strategy_rewrite.rewrite_strategy` can
-        write (no batch-norm statistics splits). Default True.
+        write, and no batch-norm statistics splits (module notes). Default True.
     beam : int
         States the DP keeps per step (exact when the frontier's joint choices
         never exceed it).
