@@ -3,14 +3,18 @@
 The op table gives ``param_bytes`` (a variable's size; optimizer slots are
 variables of their own in a training graph, so they have theirs) and
 ``output_bytes`` (from the inferred shapes). A profile adds what TensorFlow
-measured per op (``NodeExecStats``: the bytes of the outputs it allocated plus
-``memory_stats.temp_memory_size``): :func:`measured_transient` turns it into the
-table :class:`costmodel.CostModel` uses, and :meth:`costmodel.CostModel.memory`
-scales it to other batch sizes by the ratio of output sizes.
+measured per op (``NodeExecStats``: the bytes its allocators handed out while
+it ran, outputs and temporaries; 0 for an op whose output is a buffer that
+already existed, as a ``ReadVariableOp``'s is its variable's):
+:func:`measured_transient` turns it into the table :class:`costmodel.CostModel`
+uses, and :meth:`costmodel.CostModel.memory` scales it to other batch sizes by
+the ratio of output sizes.
 
 The simulator's per-device peak (``fddps.simulate.peak_memory``) holds each
 op's persistent bytes for the whole step and its transient bytes from its
-start until its last consumer finishes.
+start until its last consumer finishes; an op that only forwards its input's
+buffer (``fddps.OpGraph.aliases``: a same-device variable read, ``Identity``)
+allocates none.
 """
 
 from __future__ import annotations

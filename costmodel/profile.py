@@ -115,7 +115,9 @@ class Profile:
         ``fused``, ``pruned``), ``seconds`` (iterated mean over the steps; a fused
         op's share of its fused node; 0 for pruned), ``std``, ``samples``,
         ``fused_into`` (name of the node that ran it, for fused ops),
-        ``transient_bytes`` (outputs + temporaries measured, NaN if unknown).
+        ``transient_bytes`` (bytes the op allocated for outputs and temporaries,
+        0 for one that returned an existing buffer such as a ``ReadVariableOp``;
+        NaN if unknown).
     steps : pandas.DataFrame
         One row per measured step: ``step``, ``traced`` (bool), ``wall_seconds``;
         for traced steps also ``span_seconds`` (first op start to last op end,

@@ -148,6 +148,18 @@ class ModelGraph:
         self.ops = self.graph.num_ops if self.graph is not None else self.ops
 
 
+def build_model(model: str, batch: int, *, dataset: str = "cifar10", image_size: int | None = None,
+                model_options: dict | None = None):
+    """``slim_models.build_training_graph`` for any model: image models get ``dataset``
+    and ``image_size``, the sequence models (``rnn_lm``, ``nmt``) only their options."""
+    import slim_models
+
+    options = dict(model_options or {})
+    if slim_models.SPECS[model].inputs == "images":
+        options.update(image_size=image_size, dataset=dataset)
+    return slim_models.build_training_graph(model, int(batch), **options)
+
+
 def load_model(model: str, batch: int, cost_model, *, dataset: str = "cifar10",
                image_size: int | None = None, devices=("/device:GPU:0",),
                keep_graph_def: bool = False, model_options: dict | None = None) -> ModelGraph:
@@ -193,11 +205,8 @@ def load_model(model: str, batch: int, cost_model, *, dataset: str = "cifar10",
         raise ValueError(f"unknown model {model!r}; known: {', '.join(slim_models.ALL_MODELS)}")
     if int(batch) < 1:
         raise ValueError(f"batch must be >= 1, got {batch!r}")
-    options = dict(model_options or {})
-    if slim_models.SPECS[model].inputs == "images":
-        options.update(image_size=image_size, dataset=dataset)
     t0 = time.perf_counter()
-    m = slim_models.build_training_graph(model, int(batch), **options)
+    m = build_model(model, batch, dataset=dataset, image_size=image_size, model_options=model_options)
     graph_def = m.graph_def
     built = time.perf_counter() - t0
     fetches = (m.train_op.name, m.loss.op.name)

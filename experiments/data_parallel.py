@@ -182,7 +182,7 @@ def estimate(replica_graph, cluster, gradient_bytes: float) -> DataParallelEstim
     bandwidth, latency = ring_link(cluster)
     allreduce = ring_allreduce_seconds(gradient_bytes, p, bandwidth, latency)
     one = fddps.Cluster([devs[0]], bandwidth=math.inf, latency=0.0)
-    reserved = float(replica_graph.memory.sum() + replica_graph.transient.sum())
+    reserved = float(replica_graph.memory.sum() + replica_graph.allocated.sum())
     common = dict(devices=p, allreduce_seconds=allreduce, gradient_bytes=float(gradient_bytes),
                   ring_bandwidth=bandwidth, ring_latency=latency, reserved=reserved,
                   capacity=float(devs[0].memory))

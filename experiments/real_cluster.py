@@ -44,6 +44,16 @@ from . import common
 from .common import DEFAULT_ALGORITHMS, label
 
 DEFAULT_MODELS = ("inception_v3", "resnet50")
+#: Strategies of the strategy layer (``fddps.strategy``), run with ``place(..., strategy=...)``.
+STRATEGIES = ("data_parallel", "parameter_split", "mixed")
+
+
+def _strategy(name, m, devices, fetches):
+    """The named strategy of ``fddps.strategy`` for model ``m``'s step on ``devices``."""
+    from fddps import strategy as strategies
+    from fddps.tf.strategy_graph import step_graph
+
+    return getattr(strategies, name)(step_graph(m.graph_def, fetches), list(devices))
 
 
 def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeats=5, progress=True):
@@ -130,8 +140,13 @@ def measure_steps(graph_def, fetches, init, target, *, steps=10, warmup=3, confi
 
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
-        enforce_order=False, progress=True):
-    """Place and run every model with every algorithm on a fresh 2-worker local cluster."""
+        enforce_order=False, progress=True, strategies=()):
+    """Place and run every model with every algorithm on a fresh 2-worker local cluster.
+
+    ``algorithms`` are :func:`fddps.place` algorithms (placements and the
+    strategy searches, e.g. ``"auto"``, ``"flexflow"``); ``strategies`` names
+    :data:`STRATEGIES` run as given (``place(..., strategy=...)``), in rows
+    named ``strategy:<name>``."""
     common.tf_quiet()
     import slim_models
     from tqdm.auto import tqdm
@@ -144,7 +159,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     t_start = time.perf_counter()
     with local_cluster(2, threads_per_worker=1) as cluster:
         started = time.perf_counter() - t_start
-        bar = tqdm(total=len(models) * len(algorithms), desc="real cluster", unit="run",
+        specs = list(algorithms) + [f"strategy:{name}" for name in strategies]
+        bar = tqdm(total=len(models) * len(specs), desc="real cluster", unit="run",
                    disable=not progress, file=sys.stderr)
         for model in models:
             bar.set_description(f"real cluster {model}: build")
@@ -156,13 +172,18 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                                                 repeats=comm_repeats, progress=False)
             else:
                 cm, facts = analytic_cost_model()
-            for spec in algorithms:
+            for spec in specs:
                 bar.set_description(f"real cluster {model}: {spec}")
-                name, options = parse_algorithm(spec)
+                step_fetches = [m.train_op.name, m.loss.op.name]
                 try:
-                    p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, algorithm=name,
-                                    fetches=[m.train_op.name, m.loss.op.name],
-                                    enforce_order=enforce_order, **options)
+                    if spec.startswith("strategy:"):
+                        st = _strategy(spec.split(":", 1)[1], m, cluster.devices, step_fetches)
+                        p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, strategy=st,
+                                        fetches=step_fetches)
+                    else:
+                        name, options = parse_algorithm(spec)
+                        p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, algorithm=name,
+                                        fetches=step_fetches, enforce_order=enforce_order, **options)
                 except fddps.InfeasibleError as e:
                     rows.append(dict(model=model, batch=batch, algorithm=spec, status="OOM",
                                      message=str(e), **facts))
@@ -171,18 +192,24 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                 s = p.schedule
                 ops_per_device = np.bincount(s.device, minlength=2)
                 cross = s.device[s.graph.src] != s.device[s.graph.dst]
+                # TF sends a tensor once per (producer, receiving device), as the simulator does.
+                sent = pd.DataFrame({"src": s.graph.src[cross], "to": s.device[s.graph.dst[cross]],
+                                     "bytes": s.graph.bytes[cross]}).groupby(["src", "to"]).bytes.max()
                 measured = measure_steps(p.graph_def, fetches, m.init_op.name, cluster.target,
                                          steps=steps, warmup=warmup, config=cluster.session_config())
                 rows.append(dict(model=model, batch=batch, algorithm=spec, status="ok",
                                  ops=s.graph.num_ops, ops_worker0=int(ops_per_device[0]),
                                  ops_worker1=int(ops_per_device[1]),
-                                 transfers=int(cross.sum()), transfer_MB=float(s.graph.bytes[cross].sum() / 1e6),
+                                 transfers=len(sent), transfer_MB=float(sent.sum() / 1e6),
                                  predicted=p.makespan, measured=measured["median"],
                                  measured_min=measured["min"], measured_max=measured["max"],
                                  first_step=measured["first_step"], loss=measured["loss"],
                                  devices_ran=measured["devices_ran"],
                                  place_seconds=p.info["place_seconds"],
-                                 order_edges=p.info.get("order_edges_added", 0), message="", **facts))
+                                 order_edges=p.info.get("order_edges_added", 0),
+                                 ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
+                                 chosen=str(p.info.get("search", p.info.get("strategy", ""))),
+                                 message="", **facts))
                 bar.update()
         bar.close()
     df = pd.DataFrame(rows)
@@ -209,6 +236,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                             x_single_predicted=f"{single_pred / r.predicted:.2f}x",
                             ops_w0_w1=f"{r.ops_worker0}/{r.ops_worker1}",
                             transfers=r.transfers, transfer_MB=round(r.transfer_MB, 2),
+                            ops_split=getattr(r, "ops_split", 0),
                             order_edges=r.order_edges, place_s=round(r.place_seconds, 2)))
     out = pd.DataFrame(out)
     if "order_edges" in out and not (out.order_edges.fillna(0) > 0).any():
@@ -256,6 +284,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: batch 2, 1 warm-up + 2 timed steps, 1 profiled step, "
                              "transfers of 3 sizes x 2 repeats")
+    parser.add_argument("--strategies", nargs="*", default=[], choices=STRATEGIES,
+                        help="strategies to run as given, besides the algorithms (e.g. "
+                             "data_parallel parameter_split mixed)")
     parser.add_argument("--enforce-order", action="store_true",
                         help="add control edges so TF runs each worker's ops in the scheduled order")
     parser.add_argument("--out", default=str(common.RESULTS / "real_cluster.csv"))
@@ -273,7 +304,8 @@ def main(argv=None):
     df = run(args.models, algorithms, batch=args.batch, steps=args.steps, warmup=args.warmup,
              profile=not args.no_profile, profile_steps=args.profile_steps,
              comm_sizes=(4, 1 << 20, 8 << 20) if args.quick else None,
-             comm_repeats=2 if args.quick else 5, enforce_order=args.enforce_order, progress=not args.no_progress)
+             comm_repeats=2 if args.quick else 5, enforce_order=args.enforce_order,
+             progress=not args.no_progress, strategies=args.strategies)
     wall = time.perf_counter() - t0
     first = df.iloc[0]
     print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "

@@ -1,6 +1,8 @@
 """Parallelization strategies in simulation: one device, FD-DPS's placement, data
-parallelism, a parameter (channel) split of every convolution, and a mixed
-strategy, on 2, 4 and 8 simulated P100s (issue 12's second benchmark).
+parallelism, a parameter (channel) split of every convolution, a mixed
+strategy, and an attribute split (every op with a height split by rows:
+convolutions and pools with a halo), on 2, 4 and 8 simulated P100s (issue
+12's second benchmark).
 
 Every strategy is a :class:`fddps.strategy.Strategy`, expanded into its task
 graph (:func:`fddps.strategy.expand`: parts costed at their own shapes, only the
@@ -31,7 +33,7 @@ from experiments.common import (COST_MODEL_NOTE, MODELS, RESULTS, device_names, 
                                 gpu_cluster, load_model, matplotlib_agg, save_csv_and_plot,
                                 schedule_peak)
 
-STRATEGIES = ("data_parallel", "parameter_split", "mixed")
+STRATEGIES = ("data_parallel", "parameter_split", "mixed", "attribute_split")
 
 
 def _plot(df, png):
@@ -63,11 +65,13 @@ def run(models, batch, device_counts, algorithms=("fddps",), dataset="cifar10"):
     """One row per (model, devices, strategy): predicted step, speed-up, peak memory, bytes moved."""
     from costmodel import default_cost_model
     from fddps import schedule
-    from fddps.strategy import data_parallel, expand, mixed, parameter_split, whole_placement
+    from fddps.strategy import (attribute_split, data_parallel, expand, mixed, parameter_split,
+                                whole_placement)
     from fddps.tf.strategy_graph import step_graph
 
     cm = default_cost_model("p100")
-    makers = {"data_parallel": data_parallel, "parameter_split": parameter_split, "mixed": mixed}
+    makers = {"data_parallel": data_parallel, "parameter_split": parameter_split, "mixed": mixed,
+              "attribute_split": attribute_split}
     rows = []
     for model in models:
         t0 = time.perf_counter()

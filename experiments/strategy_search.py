@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from experiments.common import (COST_MODEL_NOTE, MODELS, PAPER_BATCH, RESULTS, gpu_cluster,
+from experiments.common import (COST_MODEL_NOTE, MODELS, PAPER_BATCH, RESULTS, build_model, gpu_cluster,
                                 matplotlib_agg, save_csv_and_plot, tf_quiet)
 
 SHAPES = ("whole", "sample", "parameter", "other")
@@ -67,6 +67,12 @@ def strategy_shape(step, strategy) -> dict:
 def _plot(df, png):
     plt = matplotlib_agg()
     models = list(dict.fromkeys(df["model"]))
+    # One colour and marker per strategy in every panel (a search skipped on one
+    # model must not shift the others' colours), each drawn a little aside so
+    # that equal speed-ups stay visible.
+    names = [n for n in dict.fromkeys(df["strategy"]) if n != "one device"]
+    style = {n: (f"C{k}", "osD^vP*X"[k % 8], (k - (len(names) - 1) / 2) * 0.06)
+             for k, n in enumerate(names)}
     fig, axes = plt.subplots(2, len(models), figsize=(3.3 * len(models), 6.2), squeeze=False)
     for j, model in enumerate(models):
         sub = df[df["model"] == model]
@@ -74,7 +80,9 @@ def _plot(df, png):
         for name, rows in sub.groupby("strategy", sort=False):
             if name == "one device":
                 continue
-            ax.plot(rows["devices"], rows["speedup"], marker="o", label=name)
+            color, marker, dx = style[name]
+            ax.plot(rows["devices"] * (1 + dx), rows["speedup"], marker=marker, color=color,
+                    label=name, alpha=0.85)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(f"{model} (batch {sub['batch'].iloc[0]})", fontsize=9)
         ax.set_xticks(sorted(set(sub["devices"])))
@@ -90,7 +98,8 @@ def _plot(df, png):
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel("speed-up over one device")
     axes[1][0].set_ylabel("share of FLOPs")
-    axes[0][-1].legend(fontsize=7)
+    handles = [plt.Line2D([], [], color=c, marker=m, label=n) for n, (c, m, _) in style.items()]
+    axes[0][-1].legend(handles=handles, fontsize=7)
     axes[1][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
@@ -104,14 +113,13 @@ def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifa
     from fddps.search import SearchError, StrategyEvaluator, get_search
     from fddps.search.space import baseline_strategies
     from fddps.tf.strategy_graph import step_graph
-    from slim_models.training import build_training_graph
 
     cm = default_cost_model("p100")
     rows = []
     for model in models:
         batch = batches.get(model, 32)
         t0 = time.perf_counter()
-        m = build_training_graph(model, batch, dataset=dataset)
+        m = build_model(model, batch, dataset=dataset)
         step = step_graph(m.graph_def, [m.train_op.name, m.loss.op.name])
         base = dict(model=model, batch=batch, ops=len(step))
         one_cluster = gpu_cluster(1, cm)
@@ -174,12 +182,11 @@ def delta_vs_full(models, devices, batches, proposals, seed=0, dataset="cifar10"
     from fddps.search.space import worth_deciding
     from fddps.strategy import OpConfig, data_parallel
     from fddps.tf.strategy_graph import step_graph
-    from slim_models.training import build_training_graph
 
     cm = default_cost_model("p100")
     rows = []
     for model in models:
-        m = build_training_graph(model, batches[model], dataset=dataset)
+        m = build_model(model, batches[model], dataset=dataset)
         step = step_graph(m.graph_def, [m.train_op.name, m.loss.op.name])
         cluster = gpu_cluster(devices, cm)
         names = list(cluster.names)

@@ -16,6 +16,16 @@ from .errors import ClusterError, GraphError
 #: ``device_types`` value of a graph whose costs hold on every device type.
 ANY_TYPE = "*"
 
+#: Op types whose output, on their own device, is their first input's buffer:
+#: TensorFlow forwards it instead of copying (a ``ReadVariableOp`` returns the
+#: resource variable's storage; ``Identity`` and ``StopGradient`` their input;
+#: ``Reshape``, ``Squeeze``, ``ExpandDims`` it with a new shape). Such an op
+#: allocates nothing where it runs, but keeps that buffer alive until its own
+#: consumers there finish; a device that reads its output remotely still
+#: receives a copy.
+ALIAS_OP_TYPES = frozenset({"ReadVariableOp", "Identity", "StopGradient", "PreventGradient",
+                            "EnsureShape", "Reshape", "Squeeze", "ExpandDims"})
+
 
 def _as_float_array(values, n, what, names, default=0.0):
     if values is None:
@@ -61,6 +71,13 @@ class OpGraph:
         op's start until its last consumer on the device finishes; a schedule
         must keep every device's replayed peak within its memory
         (:meth:`fddps.Schedule.peak_memory`).
+    aliases : sequence of bool, optional
+        Ops whose outputs share their input's buffer on their device
+        (:data:`ALIAS_OP_TYPES`): they allocate nothing there (their
+        :attr:`allocated` bytes are 0) and keep their inputs' buffers until
+        their own consumers there finish; a copy another device receives is
+        still ``transient`` bytes. Default: the ops whose ``op_types`` entry
+        is in :data:`ALIAS_OP_TYPES`.
     device_types : sequence of str, optional
         Column labels of a 2-D ``cost``. Default: one column valid on any type.
     op_types : sequence of str, optional
@@ -90,7 +107,7 @@ class OpGraph:
 
     def __init__(self, names: Sequence[Hashable], cost, edges=(), *, memory=None,
                  transient=None, device_types=None, op_types=None, colocation=None,
-                 pinned: Mapping | None = None, split_candidates=()):
+                 pinned: Mapping | None = None, split_candidates=(), aliases=None):
         self.names = tuple(names)
         n = len(self.names)
         self.index = {name: i for i, name in enumerate(self.names)}
@@ -122,6 +139,11 @@ class OpGraph:
         self.op_types = tuple(op_types) if op_types is not None else ("",) * n
         if len(self.op_types) != n:
             raise GraphError(f"op_types must have one entry per op ({n})")
+        if aliases is None:
+            aliases = [t in ALIAS_OP_TYPES for t in self.op_types]
+        self.aliases = np.asarray(aliases, dtype=bool).reshape(-1)
+        if self.aliases.shape != (n,):
+            raise GraphError(f"aliases must have one entry per op ({n}), got {len(self.aliases)}")
 
         # Colocation: group ids 0..G-1 in first-appearance order, -1 for none.
         self.colocation = np.full(n, -1, dtype=np.int64)
@@ -142,8 +164,8 @@ class OpGraph:
                 raise GraphError(f"split candidate {cand.op!r} is not an op of the graph")
         self._build_edges(edges)
         self.topo = self._topological_order()
-        for arr in (self.cost, self.memory, self.transient, self.colocation, self.src,
-                    self.dst, self.bytes, self.topo):
+        for arr in (self.cost, self.memory, self.transient, self.aliases, self.colocation,
+                    self.src, self.dst, self.bytes, self.topo):
             arr.setflags(write=False)
 
     # -- construction helpers -------------------------------------------------
@@ -232,6 +254,11 @@ class OpGraph:
 
     def __len__(self):
         return len(self.names)
+
+    @property
+    def allocated(self) -> np.ndarray:
+        """Transient bytes each op allocates on its own device: 0 for :attr:`aliases`."""
+        return np.where(self.aliases, 0.0, self.transient)
 
     def __repr__(self):
         return (f"OpGraph({self.num_ops} ops, {self.num_edges} edges, "

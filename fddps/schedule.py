@@ -83,7 +83,7 @@ class Schedule:
         return peak_memory(self.graph, self.cluster, self.device, self.start, self.finish)
 
     def device_memory(self) -> np.ndarray:
-        """Sum of ``memory + transient`` of each device's ops, in bytes.
+        """Sum of ``memory + allocated`` of each device's ops, in bytes.
 
         What holding every op's memory for the whole step would take: the
         schedulers' conservative reservation when the persistent-only one
@@ -91,7 +91,7 @@ class Schedule:
         the peak from above except for received copies; the constraint itself
         is :meth:`peak_memory`.
         """
-        need = self.graph.memory + self.graph.transient
+        need = self.graph.memory + self.graph.allocated
         return np.bincount(self.device, weights=need, minlength=self.cluster.num_devices)
 
     def to_dataframe(self) -> pd.DataFrame:

@@ -591,7 +591,10 @@ def peak_memory(graph, cluster, device, start, finish, comm=None):
     """Highest bytes held at once on each device during a step.
 
     ``memory`` is held for the whole step; an op's ``transient`` bytes from its
-    start until its last consumer on that device finishes. A tensor that ops
+    start until its last consumer on that device finishes, where a consumer
+    whose outputs alias its input (:attr:`~fddps.OpGraph.aliases`: a
+    same-device ``ReadVariableOp`` of a variable, an ``Identity``) allocates
+    nothing and keeps the buffer until its own consumers finish. A tensor that ops
     of another device read is received there once (as TensorFlow's rendezvous
     does, and as :func:`simulate` sends it): held from its arrival until the
     last of its consumers there finishes. Its size is the largest edge from the
@@ -618,10 +621,21 @@ def peak_memory(graph, cluster, device, start, finish, comm=None):
     peak = np.bincount(device, weights=graph.memory, minlength=m).astype(np.float64)
     comm = _edge_comm(graph, cluster, device) if comm is None else comm
     src, dst = graph.src, graph.dst
+    same = device[src] == device[dst]
+    # Until when an op needs the buffers it reads: its finish, or for an op
+    # whose outputs alias its input, its own consumers' there (chains of aliases).
+    hold = finish.copy()
+    chained = graph.aliases[src] & same
+    a, b = src[chained], dst[chained]
+    while a.size:  # one pass per link of the longest chain of aliases
+        longer = hold.copy()
+        np.maximum.at(longer, a, hold[b])
+        if np.array_equal(longer, hold):
+            break
+        hold = longer
     # End of life of each op's outputs on its own device: its consumers there.
     release = finish.copy()
-    same = device[src] == device[dst]
-    np.maximum.at(release, src[same], finish[dst[same]])
+    np.maximum.at(release, src[same], hold[dst[same]])
     # One received copy per (producer, receiving device).
     nbytes = np.minimum(graph.bytes, graph.transient[src])
     cross = np.flatnonzero(~same & (nbytes > 0))
@@ -631,10 +645,11 @@ def peak_memory(graph, cluster, device, start, finish, comm=None):
     arrive = np.full(keys.size, np.inf)
     np.minimum.at(arrive, inverse, finish[src[cross]] + comm[cross])
     leave = np.full(keys.size, -np.inf)
-    np.maximum.at(leave, inverse, finish[dst[cross]])
+    np.maximum.at(leave, inverse, hold[dst[cross]])
     t = np.concatenate([start, release, arrive, leave])
     dev = np.concatenate([device, device, keys % m, keys % m])
-    b = np.concatenate([graph.transient, -graph.transient, size, -size])
+    own = graph.allocated
+    b = np.concatenate([own, -own, size, -size])
     # Frees before allocations at the same instant.
     keys = np.lexsort((b, t, dev))
     dev, b = dev[keys], b[keys]

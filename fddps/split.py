@@ -329,6 +329,7 @@ def apply_splits(graph: OpGraph, decisions) -> OpGraph:
     names, op_types = list(graph.names), list(graph.op_types)
     cost = [row for row in graph.cost]
     memory, transient = graph.memory.tolist(), graph.transient.tolist()
+    aliases = graph.aliases.tolist()
     groups = [int(x) if x >= 0 else None for x in graph.colocation]
     edges = []
     sliced_edge = {}
@@ -361,6 +362,7 @@ def apply_splits(graph: OpGraph, decisions) -> OpGraph:
             cost.append(graph.cost[i] * share[j])
             memory.append(0.0)
             transient.append(graph.transient[i] * share[j])
+            aliases.append(False)
             groups.append(None)
             out = cand.output_bytes * (share[j] if cand.rule.combine == "concat" else 1.0)
             edges.append((part_name(op, j), op, out))
@@ -372,16 +374,18 @@ def apply_splits(graph: OpGraph, decisions) -> OpGraph:
                                         graph.cost[i].shape))
             memory.append(0.0)
             transient.append(float(nbytes))  # its slices: the whole input, once more
+            aliases.append(False)
             groups.append(None)
             edges.extend((name, part_name(op, j), nbytes * share[j]) for j in range(d.parts))
         # The original op becomes the combine op: same name, same out-edges.
         op_types[i] = combine_type
         cost[i] = np.broadcast_to(np.asarray(cand.combine_cost, dtype=np.float64), graph.cost[i].shape)
         transient[i] = cand.output_bytes
+        aliases[i] = False
     pinned = {graph.names[i]: dev for i, dev in graph.pinned.items()}
     new = OpGraph(names, np.vstack(cost), edges, memory=memory, transient=transient,
                   device_types=None if graph.device_types == ("*",) else graph.device_types,
-                  op_types=op_types, colocation=groups, pinned=pinned)
+                  op_types=op_types, colocation=groups, pinned=pinned, aliases=aliases)
     return new
 
 

@@ -191,11 +191,14 @@ def test_real_cluster_smoke(tmp_path, capsys):
     from experiments import real_cluster
 
     df = real_cluster.main(["--models", "resnet50", "--quick", "--algorithms", "fddps:improve=False",
+                            "--strategies", "data_parallel",
                             "--no-progress", "--out", str(tmp_path / "rc.csv")])
     text = capsys.readouterr().out
     assert (tmp_path / "rc.png").stat().st_size > 0
-    assert list(df.algorithm) == ["single", "fddps:improve=False"]
+    assert list(df.algorithm) == ["single", "fddps:improve=False", "strategy:data_parallel"]
     assert (df.status == "ok").all()
+    dp = df.iloc[2]
+    assert dp.devices_ran == 2 and dp.ops_split > 0 and dp.transfers > 0
     assert (df.measured > 0).all() and (df.predicted > 0).all()
     assert np.isfinite(df.loss).all()
     single, placed = df.iloc[0], df.iloc[1]

@@ -247,3 +247,24 @@ def test_model_table_lists_the_large_models(tmp_path, capsys):
                            devices=["/device:CPU:0"], model_options=SMALL["nmt"])
     assert mg.image_size is None and mg.ops > 500
     assert mg.parameters == rnn.nmt_parameter_count(**SMALL["nmt"])["total"]
+
+
+@pytest.mark.parametrize("name", ["rnn_lm", "nmt"])
+def test_strategy_layer_sizes_the_sparse_embedding_gradient(name, built):
+    """The embedding's sparse gradient runs ``Unique``, whose output has no static
+    extent: the strategy layer reads it as ``unknown_dim`` (bytes, not NaN), so
+    the searches' whole-op graph builds and data parallelism expands and simulates."""
+    from fddps.search.space import whole_op_graph
+    from fddps.strategy import data_parallel, expand
+    from fddps.tf import make_cluster
+    from fddps.tf.strategy_graph import step_graph
+
+    m = built(name)
+    step = step_graph(m.graph_def, [m.train_op.name, m.loss.op.name])
+    assert any(op.op_type == "Unique" for op in step.ops.values())
+    cm = costmodel.default_cost_model("p100")
+    cluster = make_cluster(["/gpu:0", "/gpu:1"], cm)
+    graph = whole_op_graph(step, cluster, cm)  # raised: edge ... carries an invalid byte count nan
+    assert np.isfinite(graph.bytes).all()
+    timeline = expand(step, data_parallel(step, list(cluster.names)), cluster, cm).simulate(cluster)
+    assert np.isfinite(timeline.makespan) and timeline.makespan > 0

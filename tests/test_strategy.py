@@ -40,7 +40,8 @@ def test_registry_covers_the_required_op_types():
     table = description_table()
     assert set(REQUIRED) <= set(table["op_type"])
     conv = table[table.op_type == "Conv2D"].iloc[0]
-    assert conv.inputs == "n..i, ..io" and conv.outputs == "n..o"
+    assert conv.inputs == "nHWi, ..io" and conv.outputs == "nhwo"
+    assert conv.halo == "forward, kernel from filter"
 
 
 def test_resolve_reads_dimensions_reductions_and_broadcasts():
@@ -74,7 +75,7 @@ def test_validation_names_what_is_wrong(vgg):
     d = GPUS[:2]
     cases = [({"nope": OpConfig({}, d[:1])}, "'nope', which is not in the step"),
              ({const: OpConfig({"n": 2}, d)}, f"{const!r} \\(Const\\) cannot be split"),
-             ({conv: OpConfig({"z": 2}, d)}, "has no dimension 'z'; its dimensions are n, o, i"),
+             ({conv: OpConfig({"z": 2}, d)}, "has no dimension 'z'; its dimensions are n, o, i, h, w"),
              ({conv: OpConfig({"i": 4}, d * 2)}, "factor 4 of dimension 'i' is larger than the dimension \\(3\\)"),
              ({conv: OpConfig({"o": 3}, d + d[:1])}, "larger than the number of devices \\(2\\)"),
              ({conv: OpConfig({"n": 2}, d[:1])}, "2 parts but 1 devices"),
@@ -132,6 +133,22 @@ def test_data_parallel_reduces_every_weight_gradient_once_per_other_device(vgg, 
     assert len(part_costs) == k and all(c < whole for c in part_costs) and sum(part_costs) > whole
     timeline = ex.simulate(cluster)
     assert timeline.makespan > 0 and (timeline.peak_memory > 0).all()
+
+
+def test_data_parallel_sums_each_gradient_where_its_variable_lives(vgg, cm):
+    """As on a parameter server: a weight's gradient sum (TF's AddN, colocated
+    with the weight decay's gradient) runs on its variable's device, so the
+    summed gradient never travels; the weight decay's L2Loss stays by its weight."""
+    strategy = data_parallel(vgg, GPUS[:4])
+    updates = [op for op in vgg.ops.values() if op.op_type == "ResourceApplyMomentum"]
+    assert len({strategy.config(op.name).devices for op in updates}) == 4  # variables spread
+    for op in updates:
+        grad = op.inputs[3][0]  # (var, accum, lr, grad, momentum)
+        assert strategy.config(grad).devices == strategy.config(op.name).devices, grad
+    decays = [op for op in vgg.ops.values() if op.op_type == "L2Loss"]
+    assert decays
+    for op in decays:
+        assert strategy.config(op.name).devices == strategy.config(op.inputs[0][0]).devices
 
 
 def test_sharded_variable_holds_its_share_and_gradients_reduce_scatter(vgg, cm):

@@ -13,7 +13,7 @@ def test_strategies_benchmark_runs_and_writes_its_table(tmp_path):
                           "--out", str(tmp_path / "s.csv")])
     assert (tmp_path / "s.csv").exists() and (tmp_path / "s.png").exists()
     assert set(df["strategy"]) == {"one device", "fddps", "data_parallel", "parameter_split",
-                                   "mixed"}
+                                   "mixed", "attribute_split"}
     assert (df["step_ms"] > 0).all() and (df["peak_mb"] > 0).all()
-    split = df[df.strategy.isin(["data_parallel", "parameter_split", "mixed"])]
+    split = df[df.strategy.isin(["data_parallel", "parameter_split", "mixed", "attribute_split"])]
     assert (split["ops_split"] > 0).all() and (split["moved_mb"] > 0).all()

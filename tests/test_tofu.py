@@ -146,6 +146,33 @@ def test_recursive_partition_never_reports_success_over_capacity(seed, k, batch,
     assert np.allclose(peaks.to_numpy(), plan.peak_memory.to_numpy())
 
 
+def test_a_level_choice_over_capacity_gives_way_to_the_least_communication_that_fits(cm):
+    """Weights 3 x 4 MB at batch 8 on 4 GPUs: the least-communication plan leaves
+    a device over a 15 MB capacity; the search returns the plan that fits with the
+    least communication among those it tried, checked by the simulated peaks."""
+    step, devs = _mlp(8, [1024, 1024, 1024, 1024]), GPUS[:4]
+    plans = {w: Tofu().plan(step, devs, w) for w in Tofu().memory_weights}
+    peaks = {w: simulate_strategy(step, p.strategy, cm.cluster(devs), cm).peak_memory.max()
+             for w, p in plans.items()}
+    capacity = 0.5 * (peaks[0.0] + min(peaks.values()))
+    assert peaks[0.0] > capacity  # Tofu's communication-only plan does not fit
+    cluster = cm.cluster(devs, memory=capacity)
+    plan = Tofu().search(step, cluster, cm)
+    fits = {w: p.comm_bytes for w, p in plans.items() if peaks[w] <= capacity}
+    assert plan.info["memory_weight"] > 0 and plan.comm_bytes == min(fits.values())
+    assert plan.comm_bytes >= plans[0.0].comm_bytes
+    again = simulate_strategy(step, plan.strategy, cluster, cm).peak_memory
+    assert (again.to_numpy() <= capacity).all()
+    assert plan.info["attempts"][0][2] == pytest.approx(peaks[0.0])
+    # Below every plan's peak: the error names the smallest one reached.
+    low = 0.99 * min(peaks.values())
+    with pytest.raises(InfeasibleError, match="smallest per-device peak reached") as err:
+        Tofu().search(step, cm.cluster(devs, memory=low), cm)
+    assert err.value.needed == pytest.approx(min(peaks.values()))
+    with pytest.raises(ValueError, match="memory_weights"):
+        Tofu(memory_weights=())
+
+
 # -- a model whose weights exceed one device, on CPU -------------------------------------
 tf = pytest.importorskip("tensorflow")
 CPUS = [f"/device:CPU:{i}" for i in range(4)]
@@ -205,8 +232,12 @@ def test_model_over_one_device_fits_under_tofu_and_trains_the_same(cm):
     step = step_graph(gd, fetches)
     weights = sum(op.param_bytes for op in step.ops.values())
     single = simulate_strategy(step, Strategy({}, CPUS[0]), cm.cluster(CPUS[:1]), cm)
-    capacity = 0.55 * float(single.peak_memory.max())
+    # Below the communication-only plan's peak (8.9 MB of 17.5): only a plan that
+    # splits more fits (6.3 MB), and it must still compute what the original does.
+    capacity = 0.43 * float(single.peak_memory.max())
     assert capacity < weights  # the weights and momentum slots alone exceed one device
+    first = Tofu().plan(step, CPUS)
+    assert simulate_strategy(step, first.strategy, cm.cluster(CPUS), cm).peak_memory.max() > capacity
     with pytest.raises(InfeasibleError, match="smallest per-device peak"):
         fddps.place(gd, CPUS[:1], cost_model=cm, memory=capacity, fetches=fetches,
                     algorithm="tofu")
@@ -214,6 +245,7 @@ def test_model_over_one_device_fits_under_tofu_and_trains_the_same(cm):
     assert (p.peak_memory.to_numpy() <= capacity).all()
     plan = p.info["tofu_plan"]
     assert any(len(c.split) for c in plan.strategy.configs.values())
+    assert plan.info["memory_weight"] > 0
     want_loss, want = _run_steps(gd, fetches, init, variables)
     got_loss, got = _run_steps(p.graph_def, fetches, init, variables)
     np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
@@ -274,7 +306,10 @@ def test_tofu_infeasible_names_the_smallest_peak_and_its_device(wide_resnet, cm)
         Tofu().search(step, cluster, cm)
     plan = Tofu().plan(step, CPUS)
     peaks = simulate_strategy(step, plan.strategy, cluster, cm).peak_memory
-    assert err.value.device == peaks.idxmax() and err.value.needed == pytest.approx(peaks.max())
+    tried = err.value.attempts  # one per memory weight tried: the smallest peak is named
+    assert tried[0][1] == peaks.idxmax() and tried[0][2] == pytest.approx(peaks.max())
+    assert err.value.needed == pytest.approx(min(t[2] for t in tried))
+    assert err.value.needed <= peaks.max()
     assert err.value.available == 1e6 and err.value.device in str(err.value)
 
 
@@ -295,9 +330,13 @@ def test_split_variables_hold_their_share_and_fit_where_whole_variables_cannot(c
     big = max((n for n, op in step.ops.items() if op.op_type == "VarHandleOp"),
               key=lambda n: step.ops[n].param_bytes)
     assert plan.strategy.config(big).num_parts == 4
-    held = [ex.graph.memory[ex.graph.index[t]] for t in ex.tasks[big]]
-    assert sum(held) == pytest.approx(step.ops[big].param_bytes)
-    assert max(held) == pytest.approx(step.ops[big].param_bytes / 4)
+    slots = [n for n, op in step.ops.items() if op.op_type == "VarHandleOp" and n != big
+             and op.group == step.ops[big].group]
+    assert slots  # its momentum slot, colocated with it
+    for var in [big] + slots:  # each part holds its share of the weights and of the slot
+        held = [ex.graph.memory[ex.graph.index[t]] for t in ex.tasks[var]]
+        assert sum(held) == pytest.approx(step.ops[var].param_bytes)
+        assert max(held) == pytest.approx(step.ops[var].param_bytes / 4)
 
 
 @pytest.mark.parametrize("op_type", ["TanhGrad", "SigmoidGrad"])

@@ -414,7 +414,7 @@ class PlacementState:
         if reserve_transient is None:
             reserve_transient = _RESERVE_TRANSIENT.get()
         self.reserve_transient = bool(reserve_transient)
-        need = graph.memory + graph.transient if reserve_transient else graph.memory.copy()
+        need = graph.memory + graph.allocated if reserve_transient else graph.memory.copy()
         self.need = need.tolist()
         groups = graph.colocation
         self.group = groups.tolist()

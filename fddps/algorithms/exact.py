@@ -563,26 +563,27 @@ def _add_peak_memory(model, graph, cluster, x, start, end, horizon, comm, unit):
     whole = lambda lit, name: model.NewOptionalFixedSizeIntervalVar(0, horizon, lit, name)
     succ = [graph.successors(i).tolist() for i in range(n)]
     eid = {(int(a), int(b)): e for e, (a, b) in enumerate(zip(graph.src, graph.dst))}
-    transient = graph.transient
+    transient, own = graph.transient, graph.allocated
     for i in range(n):
         for k, lit in x[i].items():
             if np.isfinite(capacity[k]) and graph.memory[i] > 0:
                 hold(k, whole(lit, f"mem{i}_{k}"), int(math.ceil(graph.memory[i])))
         if transient[i] <= 0:
             continue
-        t_i = int(math.ceil(transient[i]))
-        release = model.NewIntVar(0, horizon, f"rel{i}")
-        model.Add(release >= end[i])
-        for j in succ[i]:
+        if own[i] > 0:  # an alias allocates nothing (its input's longer life is not modelled: a relaxation)
+            t_i = int(math.ceil(own[i]))
+            release = model.NewIntVar(0, horizon, f"rel{i}")
+            model.Add(release >= end[i])
+            for j in succ[i]:
+                for k, lit in x[i].items():
+                    if k in x[j]:
+                        model.Add(release >= end[j]).OnlyEnforceIf([lit, x[j][k]])
+            size = model.NewIntVar(0, horizon, f"live{i}")
+            model.Add(size == release - start[i])
             for k, lit in x[i].items():
-                if k in x[j]:
-                    model.Add(release >= end[j]).OnlyEnforceIf([lit, x[j][k]])
-        size = model.NewIntVar(0, horizon, f"live{i}")
-        model.Add(size == release - start[i])
-        for k, lit in x[i].items():
-            if np.isfinite(capacity[k]):
-                iv = model.NewOptionalIntervalVar(start[i], size, release, lit, f"tr{i}_{k}")
-                hold(k, iv, t_i)
+                if np.isfinite(capacity[k]):
+                    iv = model.NewOptionalIntervalVar(start[i], size, release, lit, f"tr{i}_{k}")
+                    hold(k, iv, t_i)
         # Received copies of this op's outputs on each other device.
         readers = [(j, min(graph.bytes[eid[(i, j)]], transient[i])) for j in succ[i]]
         readers = [(j, b) for j, b in readers if b > 0]

@@ -31,7 +31,10 @@ class AutoSearch(StrategySearch):
     ----------
     time_budget : float
         Seconds for the whole search (default 60); MCMC gets what the
-        baselines and the DP leave (at least 10% of it).
+        baselines and the DP leave (at least 10% of it). The baselines always
+        run to the end, whatever they take (they are what ``auto`` promises
+        never to be slower than), so on a large step the search can outlast
+        the budget by their seconds and by each search's set-up.
     max_proposals : int
         MCMC's proposal budget (default 2000).
     seed : int

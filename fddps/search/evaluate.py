@@ -48,8 +48,8 @@ import pandas as pd
 
 from ..graph import OpGraph
 from ..simulate import simulate
-from ..strategy.expand import _box_bytes, _intersect, _tensor_box, expand, part_task
-from ..strategy.ops import NotDescribed, resolve
+from ..strategy.expand import _box_bytes, _intersect, _tensor_box, expand, part_task, task_aliases
+from ..strategy.ops import SHAPE_ONLY_OPS, NotDescribed, resolve
 from ..strategy.strategy import Strategy, parts, validate
 
 #: Default weight of memory over capacity: the cost is multiplied by
@@ -272,7 +272,13 @@ class StrategyEvaluator:
                      _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
                 recs.append(("E", target, t, 0.0))
             for k, (src, port) in enumerate(op.inputs):
+                if op.op_type in SHAPE_ONLY_OPS:  # as expand: no bytes move
+                    recs.extend(("E", t, target, 0.0) for t, _, _ in layouts[src][2][port][0])
+                    continue
+                before = len(recs)
                 feed(src, port, in_boxes[k], target, p.device)
+                if k == 0 and len(recs) - before > 1:
+                    recs.append(("G", target))  # as expand's gathers
             for src in op.control_inputs:
                 recs.extend(("E", s, target, 0.0) for s in layouts[src][1])
         if stats_split:
@@ -324,11 +330,14 @@ class StrategyEvaluator:
 
     def _assemble(self, fragments):
         names, device, costs, mem, trans, types, edges, reduces = [], {}, [], [], [], [], [], {}
+        gathers = set()
         for name in self.step.ops:
             for r in fragments[name]:
                 kind = r[0]
                 if kind == "E":
                     edges.append(r[1:])
+                elif kind == "G":
+                    gathers.add(r[1])
                 elif kind == "T":
                     _, tname, dev, (c, p, t, ty) = r
                     names.append(tname)
@@ -346,7 +355,7 @@ class StrategyEvaluator:
                     edges.append((reduces[key], consumer, 0.0))
         graph = OpGraph(names, np.array(costs).reshape(len(names), len(self.types)), edges,
                         memory=mem, transient=trans, device_types=self.types, op_types=types,
-                        pinned=device)
+                        pinned=device, aliases=task_aliases(types, names, gathers))
         return graph, device
 
     def _simulate(self, fragments):

@@ -48,7 +48,8 @@ class FlexFlowSearch(StrategySearch):
     max_proposals : int
         Proposals in all (shared equally by the chains). Default 1000.
     time_budget : float, optional
-        Seconds in all (shared equally by the chains).
+        Seconds in all, the evaluator's set-up included; each chain gets an
+        equal share of what is left when it starts.
     beta : float
         Inverse temperature for relative cost changes (default 50: a proposal
         2% worse is accepted with probability ``exp(-1)``).
@@ -100,18 +101,22 @@ class FlexFlowSearch(StrategySearch):
         splits = {u: unit_splits(step, u, k, writable=self.writable) for u in units}
         n_chains = len(starts)
         per_chain = max(1, self.max_proposals // n_chains)
-        per_time = self.time_budget / n_chains if self.time_budget else None
+        deadline = t0 + self.time_budget if self.time_budget else None
         best, best_from, start_costs = None, None, {}
         delta_s, full_s, proposals, accepted = [], [], 0, 0
         bar = tqdm(total=per_chain * n_chains, desc="flexflow", unit="proposal",
                    disable=not self.progress)
-        for start_name, strategy in starts.items():
+        for c, (start_name, strategy) in enumerate(starts.items()):
             current = ev.reset(strategy)
             start_costs[start_name] = current.makespan
             chain_best = current
-            last_improved, t_chain = 0, time.perf_counter()
+            last_improved = 0
+            # Each chain gets an equal share of what is left of the budget (the
+            # evaluator's set-up and the starts' full simulations count too).
+            chain_end = None if deadline is None else \
+                time.perf_counter() + max(deadline - time.perf_counter(), 0.0) / (n_chains - c)
             for i in range(per_chain):
-                if per_time is not None and time.perf_counter() - t_chain > per_time:
+                if chain_end is not None and time.perf_counter() > chain_end:
                     break
                 if i - last_improved > max(self.patience, i // 2):
                     break

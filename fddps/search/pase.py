@@ -246,11 +246,16 @@ class PaseSearch(StrategySearch):
         """``(vertices, configs, unary, pairwise)`` of the additive cost (module notes)."""
         from tqdm.auto import tqdm
 
+        t0 = time.perf_counter()  # the budget counts the set-up too: seconds on a big step
         devices = list(cluster.names)
         ev = StrategyEvaluator(step, cluster, cost_model)
         vertices = coarsen(step)
         vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
-        configs = [vertex_configs(step, vtx, devices, self.writable) for vtx in vertices]
+        configs = []
+        for i, vtx in enumerate(vertices):
+            configs.append(vertex_configs(step, vtx, devices, self.writable))
+            self._check_time(t0, f"the configurations of vertex {i + 1} of {len(vertices)} "
+                                 f"({vtx[0]!r}, before any cost)")
         base = {n: OpConfig({}, (devices[0],)) for n in step.ops}
         lat, inv_bw = cluster.latency, cluster.inv_bandwidth
         dev_index = cluster.index
@@ -282,7 +287,7 @@ class PaseSearch(StrategySearch):
                             busy[r[2]] += float(r[3][0][column[r[2]]])
                     elif r[0] == "E":
                         edges.append((owner(r[1], cfg_map), owner(r[2], cfg_map), r[3]))
-                    else:  # a reduce request: it runs on the reader's device, inputs arrive there
+                    elif r[0] == "R":  # a reduce request: it runs on the reader's device, inputs arrive there
                         _, key, consumer, overlapping, costs = r
                         if costed:
                             busy[key[3]] += float(costs[0][column[key[3]]])
@@ -294,7 +299,6 @@ class PaseSearch(StrategySearch):
             return seconds_by_link([((a[1], b[1]), nbytes) for a, b, nbytes in edges
                                     if {vertex_of.get(a[0]), vertex_of.get(b[0])} == ends])
 
-        t0 = time.perf_counter()
         unary = []
         bar = tqdm(total=len(vertices), desc="pase costs", disable=not self.progress)
         for i, vtx in enumerate(vertices):

@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..graph import OpGraph
 from ..strategy.graph import tensor_bytes
-from ..strategy.ops import SAMPLE, NotDescribed, resolve
+from ..strategy.ops import NotDescribed, resolve
 from ..strategy.strategy import OpConfig, Strategy, data_parallel, whole_placement
 
 
@@ -65,7 +65,7 @@ def unit_splits(step, unit, num_devices: int, max_dims: int = 2, writable: bool 
     ``num_devices`` and each at most the extent. Ops without a description
     leave only ``{}``. ``writable``: only splits
     :func:`fddps.tf.strategy_rewrite.rewrite_strategy` writes (variables, their
-    reads and updates whole; batch norm split by sample, not by height or width).
+    reads and updates whole).
     """
     extents = None
     for name in unit:
@@ -76,8 +76,7 @@ def unit_splits(step, unit, num_devices: int, max_dims: int = 2, writable: bool 
             dims = resolve(op)
         except NotDescribed:
             return [{}]
-        ext = {d: e for d, e in dims.extent.items()
-               if not (writable and d in dims.stats and d != SAMPLE)}
+        ext = dict(dims.extent)
         extents = ext if extents is None else {d: e for d, e in extents.items() if ext.get(d) == e}
     out = [{}]
     letters = sorted(extents or {}, key=lambda d: (d != "n", d))
@@ -97,9 +96,7 @@ def writable_strategy(step, strategy):
     for name in step.ops:
         cfg = strategy.config(name)
         if cfg.num_parts > 1:
-            op = step.ops[name]
-            bad = op.tied or any(cfg.split.get(d, 1) > 1 for d in resolve(op).stats if d != SAMPLE)
-            if bad:
+            if step.ops[name].tied:
                 cfg = OpConfig({}, cfg.devices[:1])
         configs[name] = cfg
     return Strategy(configs, strategy.default_device, name=strategy.name)

@@ -22,6 +22,15 @@ so each device holds a share. Its search, as implemented here:
    expands and simulates it (:func:`fddps.strategy.simulate_strategy`) and
    accepts it only when every device's replayed peak memory is within its
    capacity (memory is the constraint: the point is that the model fits).
+   The least-communication plan comes first; when some device is over its
+   capacity, the levels are planned again with each choice also charged
+   ``memory_weight`` times the bytes it leaves unsplit on every device of
+   its group (an output or variable share it keeps whole or replicated:
+   ``S (1 - 1/k)`` per device beyond an even split), for growing weights
+   (:attr:`Tofu.memory_weights`), and the first plan that fits is returned:
+   the least communication among the plans tried that fit. When none fits,
+   :class:`~fddps.errors.InfeasibleError` names the smallest per-device peak
+   reached.
 
 The DP: coarse groups in order; a state is a joint choice of the groups on
 the frontier (processed groups with an unprocessed neighbour); adding a group
@@ -45,7 +54,9 @@ rewrite does not write split variables yet; they are spread over the devices
 by bytes as :func:`fddps.strategy.data_parallel` does); ops without a
 description (on the device of their first input's first part); with
 ``writable=True`` (default) batch norm is not split along its statistics
-dimensions (the rewrite refuses those too).
+dimensions (the rewrite writes those since the spatial splits landed, but
+opening them to Tofu's DP is untested: on the wide MLP of the tests it
+changed which plans the memory fallback finds).
 
 Example
 -------
@@ -78,10 +89,11 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from networkx.utils import UnionFind
 
 from ..errors import InfeasibleError
 from ..strategy import NotDescribed, OpConfig, Strategy, data_parallel, resolve, simulate_strategy
-from ..strategy.ops import ELEMENTWISE_OPS
+from ..strategy.ops import ELEMENTWISE_OPS, SHAPE_ONLY_OPS
 
 _GRADIENT = re.compile(r"^gradients(?:_\d+)?/")
 
@@ -184,7 +196,7 @@ class Tofu:
     ----------
     writable : bool
         Only choices :func:`fddps.tf.strategy_rewrite.rewrite_strategy` can
-        write (no batch-norm statistics splits). Default True.
+        write, and no batch-norm statistics splits (module notes). Default True.
     beam : int
         States the DP keeps per step (exact when the frontier's joint choices
         never exceed it).
@@ -195,6 +207,11 @@ class Tofu:
         optimizer slots, reads and update -- pick one split together), so each
         device holds its share of the weights and slots, as in Tofu. Default:
         ``not writable`` (the TensorFlow rewrite keeps variables whole).
+    memory_weights : sequence of float
+        Weights of the unsplit bytes against communicated bytes, tried in
+        order until a plan fits (see the module notes). Default
+        ``(0, 0.25, 1, 4, 16, 64, 256)``; ``0`` is Tofu's pure communication
+        objective.
 
     Example
     -------
@@ -202,9 +219,14 @@ class Tofu:
     """
 
     def __init__(self, writable: bool = True, beam: int = 64, max_combos: int = 256,
-                 split_variables: bool | None = None):
+                 split_variables: bool | None = None,
+                 memory_weights=(0.0, 0.25, 1.0, 4.0, 16.0, 64.0, 256.0)):
         if beam < 1 or max_combos < 1:
             raise ValueError("beam and max_combos must be at least 1")
+        memory_weights = tuple(float(w) for w in memory_weights)
+        if not memory_weights or any(not (w >= 0) or np.isinf(w) for w in memory_weights):
+            raise ValueError(f"memory_weights must be finite numbers >= 0, got {memory_weights!r}")
+        self.memory_weights = memory_weights
         if writable and split_variables:
             raise ValueError("split_variables=True needs writable=False: the TensorFlow rewrite "
                              "does not write split variables")
@@ -214,8 +236,12 @@ class Tofu:
         self.max_combos = max_combos
 
     # -- the search ---------------------------------------------------------------------
-    def plan(self, step, devices) -> TofuPlan:
-        """The partition plan of ``step`` on ``devices`` (names), without checking memory."""
+    def plan(self, step, devices, memory_weight: float = 0.0) -> TofuPlan:
+        """The partition plan of ``step`` on ``devices`` (names), without checking memory.
+
+        ``memory_weight`` charges each choice that many bytes per byte it
+        leaves unsplit (0: communication only; see the module notes).
+        """
         t0 = time.perf_counter()
         devices = list(devices)
         dims, tie = {}, {}
@@ -236,7 +262,8 @@ class Tofu:
         history = {n: [] for n in dims}  # per level: (dim or None, ways)
         levels, exact, copies = [], True, 1
         for ways in factorize(len(devices)):
-            choice, nbytes, level_exact = self._level(step, dims, factor, groups, ways)
+            choice, nbytes, level_exact = self._level(step, dims, factor, groups, ways,
+                                                      memory_weight)
             # Every device group of this level does the same (Tofu's recursion).
             nbytes *= copies
             copies *= ways
@@ -248,36 +275,56 @@ class Tofu:
             levels.append(dict(ways=ways, choices=choice, bytes=nbytes))
         strategy = self._strategy(step, devices, dims, history)
         return TofuPlan(strategy, levels, len(groups), exact,
-                        time.perf_counter() - t0)
+                        time.perf_counter() - t0, info={"memory_weight": float(memory_weight)})
 
     def search(self, step, cluster, cost_model) -> TofuPlan:
-        """:meth:`plan`, then its simulated step; the plan if every device's peak fits.
+        """The least-communication plan whose simulated per-device peaks all fit.
+
+        Plans with each of :attr:`memory_weights` in turn (:meth:`plan`),
+        simulates each plan's step, and returns the first whose every device's
+        replayed peak is within its capacity; ``info`` records
+        ``memory_weight`` and ``attempts`` (weight, communicated bytes, worst
+        peak, its device). ``search_seconds`` covers every plan tried.
 
         Raises
         ------
         InfeasibleError
-            When some device's replayed peak exceeds its capacity: the message
-            names the smallest per-device peak the search reached (its worst
-            device's) and that device; ``needed``/``available``/``device`` and
-            ``attempts`` as :class:`~fddps.errors.InfeasibleError` documents.
+            When no plan fits: the message names the smallest per-device peak
+            the search reached (the worst device's of the plan with the lowest
+            such peak) and that device; ``needed``/``available``/``device`` as
+            :class:`~fddps.errors.InfeasibleError` documents, ``attempts`` one
+            ``("tofu", device, peak, capacity)`` per plan tried.
         """
-        plan = self.plan(step, cluster.names)
-        timeline = simulate_strategy(step, plan.strategy, cluster, cost_model)
-        plan.timeline = timeline
-        plan.peak_memory = timeline.peak_memory
-        peak = np.asarray(timeline.peak_memory, dtype=np.float64)
-        excess = peak - cluster.memory * (1 + 1e-12)
-        k = int(np.argmax(excess))
-        if excess[k] > 0:
-            device = cluster.names[k]
-            raise InfeasibleError(
-                f"tofu: no partition fits in memory: the smallest per-device peak reached is "
-                f"{peak[k]:.6g} bytes on {device!r}, over its capacity of {cluster.memory[k]:.6g} "
-                f"by {excess[k]:.6g} (recursive partition over {len(cluster.names)} devices; "
-                "peaks include received copies of remote inputs)",
-                float(peak[k]), float(cluster.memory[k]), device=device,
-                attempts=[("tofu", device, float(peak[k]), float(cluster.memory[k]))])
-        return plan
+        capacity = np.asarray(cluster.memory, dtype=np.float64)
+        tried, best, seconds = [], None, 0.0
+        for weight in self.memory_weights:
+            plan = self.plan(step, cluster.names, weight)
+            seconds += plan.search_seconds
+            timeline = simulate_strategy(step, plan.strategy, cluster, cost_model)
+            plan.timeline, plan.peak_memory = timeline, timeline.peak_memory
+            peak = np.asarray(timeline.peak_memory, dtype=np.float64)
+            excess = peak - capacity * (1 + 1e-12)
+            k = int(np.argmax(excess))
+            tried.append((weight, plan.comm_bytes, float(peak[k]), cluster.names[k]))
+            if excess[k] <= 0:
+                plan.search_seconds = seconds
+                plan.info.update(attempts=tried)
+                return plan
+            if best is None or excess[k] < best[0]:
+                best = (excess[k], k, float(peak[k]))
+            if len(tried) > 1 and tried[-1][1:3] == tried[-2][1:3]:
+                break  # a heavier weight changed nothing: later ones will not either
+        _, k, peak_k = best
+        device = cluster.names[k]
+        raise InfeasibleError(
+            f"tofu: no partition fits in memory: the smallest per-device peak reached is "
+            f"{peak_k:.6g} bytes on {device!r}, over its capacity of {capacity[k]:.6g} "
+            f"by {peak_k - capacity[k]:.6g} (recursive partition over {len(cluster.names)} devices, "
+            f"{len(tried)} plans with memory weights {[t[0] for t in tried]}; "
+            "peaks include received copies of remote inputs)",
+            peak_k, float(capacity[k]), device=device,
+            attempts=[("tofu", d, p, float(capacity[cluster.names.index(d)]))
+                      for _, _, p, d in tried])
 
     @staticmethod
     def _variable_groups(step, tie):
@@ -303,21 +350,10 @@ class Tofu:
 
     # -- coarsening ---------------------------------------------------------------------
     def _coarsen(self, step, dims):
-        """DP nodes: lists of searchable op names, in forward order."""
-        parent = {n: n for n in dims}
-
-        def find(n):
-            while parent[n] != n:
-                parent[n] = parent[parent[n]]
-                n = parent[n]
-            return n
-
-        def union(a, b):
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[max(ra, rb, key=pos.get)] = min(ra, rb, key=pos.get)
-
+        """DP nodes: lists of searchable op names, in forward order (of their first op)."""
         pos = {n: i for i, n in enumerate(step.ops)}
+        groups = UnionFind(dims)
+        union = groups.union
         first = {}
         for n in dims:  # a variable's ops are one group
             if n in self._tie:
@@ -332,13 +368,10 @@ class Tofu:
                 producers = {p for p, _ in op.inputs if p in dims}
                 if len(producers) == 1:
                     union(n, producers.pop())
-        members = {}
-        for n in dims:
-            members.setdefault(find(n), []).append(n)
-        groups = []
-        for root in sorted(members, key=pos.get):
-            groups.append(sorted(members[root], key=pos.get))
-        return groups
+        # Which member a union keeps as root does not matter: groups are ordered
+        # by their earliest op, members by position.
+        members = [sorted(group, key=pos.get) for group in groups.to_sets()]
+        return sorted(members, key=lambda g: pos[g[0]])
 
     # -- one level ----------------------------------------------------------------------
     def _choices(self, dim, factor, ways):
@@ -346,7 +379,7 @@ class Tofu:
                and not (self.writable and d in dim.stats)]
         return out or [None]
 
-    def _level(self, step, dims, factor, groups, ways):
+    def _level(self, step, dims, factor, groups, ways, memory_weight=0.0):
         choices = {n: self._choices(dims[n], factor[n], ways) for n in dims}
         # Ops of one variable share one choice (a key); cut groups whose joint
         # choices exceed max_combos, never inside a key.
@@ -377,8 +410,10 @@ class Tofu:
         def states(n, port, output):
             op = step.ops[n]
             if n not in dims:
+                if not output:  # a shape-only reader needs no bytes
+                    return ["none" if op.op_type in SHAPE_ONLY_OPS else "whole"]
                 return ["none" if not op.output_itemsizes or port >= len(op.output_itemsizes)
-                        or not op.output_itemsizes[port] else "whole"] if output else ["whole"]
+                        or not op.output_itemsizes[port] else "whole"]
             d = dims[n]
             axes = (d.outputs if output else d.inputs)
             a = axes[port] if port < len(axes) else "whole-spec"
@@ -427,6 +462,10 @@ class Tofu:
                         cross[l].append((e, pe, pl, m))
                         neighbours[e].add(l)
                         neighbours[l].add(e)
+        if memory_weight > 0:
+            for n in dims:
+                unary[n] += memory_weight * self._unsplit_bytes(step.ops[n], choices[n], factor[n],
+                                                                ways, size, states, n)
         for t, piece in enumerate(nodes):
             for n in piece:
                 internal[t] += unary[n][combos[t][:, member[n]]]
@@ -478,6 +517,20 @@ class Tofu:
             for n in piece:
                 choice[n] = choices[n][int(combos[t][picked[t], member[n]])]
         return choice, total_bytes, exact
+
+    @staticmethod
+    def _unsplit_bytes(op, choices, factor, ways, size, states, name):
+        """Per choice, the bytes of ``op``'s current part each device of the group holds
+        beyond an even ``ways``-way split: outputs the choice does not split (whole,
+        replicated or partial sums), and its variable share when it splits nothing."""
+        share = op.param_bytes / float(np.prod(list(factor.values()) or [1]))
+        out = np.zeros(len(choices))
+        for port in range(len(op.output_shapes)):
+            for j, st in enumerate(states(name, port, True)):
+                if not isinstance(st, int) and st != "none":
+                    out[j] += size(name, port)
+        out += np.array([share if c is None else 0.0 for c in choices])
+        return out * (1 - 1 / ways)
 
     # -- the strategy ---------------------------------------------------------------------
     def _strategy(self, step, devices, dims, history):

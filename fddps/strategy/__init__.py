@@ -3,7 +3,7 @@
 - :mod:`.ops`: op descriptions by iteration domain (:data:`~.ops.OP_DESCRIPTIONS`);
 - :mod:`.graph`: the step's ops as the strategy layer sees them;
 - :mod:`.strategy`: :class:`~.strategy.Strategy`, validation, data parallelism,
-  parameter splits, whole-op placement;
+  parameter splits, attribute (spatial) splits, whole-op placement;
 - :mod:`.expand`: a strategy's task graph for the simulator.
 
 The TensorFlow side: :func:`fddps.tf.strategy_graph.step_graph` reads a
@@ -13,10 +13,10 @@ GraphDef, :func:`fddps.tf.strategy_rewrite.rewrite_strategy` writes one.
 from .expand import Expansion, expand, simulate_strategy
 from .graph import OpInfo, StepGraph
 from .ops import OP_DESCRIPTIONS, NotDescribed, OpDescription, coverage, description_table, resolve
-from .strategy import (OpConfig, Strategy, StrategyError, combine, data_parallel, mixed,
-                       parameter_split, parts, validate, whole_placement)
+from .strategy import (OpConfig, Strategy, StrategyError, attribute_split, combine, data_parallel,
+                       mixed, parameter_split, parts, validate, whole_placement)
 
 __all__ = ["Expansion", "expand", "simulate_strategy", "OpInfo", "StepGraph", "OP_DESCRIPTIONS",
            "NotDescribed", "OpDescription", "coverage", "description_table", "resolve",
-           "OpConfig", "Strategy", "StrategyError", "combine", "data_parallel", "mixed",
-           "parameter_split", "parts", "validate", "whole_placement"]
+           "OpConfig", "Strategy", "StrategyError", "attribute_split", "combine", "data_parallel",
+           "mixed", "parameter_split", "parts", "validate", "whole_placement"]

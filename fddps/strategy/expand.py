@@ -4,10 +4,16 @@ Each op becomes its parts (``X/fddps_part_j``; a whole op keeps its name ``X``),
 on the devices its configuration names. What moves between them depends on
 both ends' layouts:
 
+- an op that reads only shapes (:data:`~fddps.strategy.ops.SHAPE_ONLY_OPS`)
+  receives no bytes;
 - an edge from a producer part to a consumer part carries only the bytes of
   the intersection of the producer part's box of the tensor with the box the
   consumer part reads, and nothing when they share a device (equal layouts
   on the same devices move nothing);
+- a part of a sliding-window op split by height or width reads its rows
+  plus a halo (:class:`~fddps.strategy.ops.Halo`): the halo rows held by a
+  neighbouring part on another device are that edge's bytes, the rows the
+  part's device already holds cost nothing;
 - a tensor whose producer split a reduction dimension holds partial sums:
   each consumer (box, device) gets a reduce task (``AddN``) on its device
   that receives every partial's overlap. Weight gradients of sample-split
@@ -20,7 +26,10 @@ both ends' layouts:
   other parts of its channels before any of them normalises;
 - a part's time is the cost model's at the part's own shape (FLOPs scaled by
   its share of the iteration domain, bytes from its boxes), its transient
-  memory its outputs, its persistent memory its share of a variable.
+  memory its outputs, its persistent memory its share of a variable (and of
+  each optimizer slot, a variable of its own); a part that reads a variable
+  part on its device (``ReadVariableOp``, ``Identity``) allocates nothing
+  (:attr:`fddps.OpGraph.aliases`) unless it gathers its input from pieces.
 
 Example
 -------
@@ -45,9 +54,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..graph import OpGraph
+from ..graph import ALIAS_OP_TYPES, OpGraph
 from .graph import tensor_bytes
-from .ops import NotDescribed, resolve
+from .ops import SHAPE_ONLY_OPS, HaloAxis, NotDescribed, resolve
 from .strategy import parts, validate
 
 
@@ -91,10 +100,24 @@ def _intersect(a, b):
 
 
 def _tensor_box(axes, shape, box):
-    """Box of a tensor (axis ranges) that a part with iteration ``box`` reads or writes."""
+    """Box of a tensor (axis ranges) that a part with iteration ``box`` reads or writes.
+
+    A halo axis (:class:`~fddps.strategy.ops.HaloAxis`) reads the part's rows
+    mapped through its window: its own rows plus the halo rows of its
+    neighbours, which :func:`expand`'s edges then charge as transfers from
+    the parts holding them.
+    """
     if not isinstance(axes, tuple) or (axes and axes[0] == "shape"):
         return tuple((0, s) for s in (shape or ()))
-    return tuple(box[d] if d is not None else (0, s) for d, s in zip(axes, shape or ()))
+    return tuple((0, s) if d is None else d.rows(*box[d.dim]) if isinstance(d, HaloAxis)
+                 else box[d] for d, s in zip(axes, shape or ()))
+
+
+def task_aliases(op_types, names, gathers):
+    """Per task, whether its outputs alias its input (:data:`fddps.graph.ALIAS_OP_TYPES`):
+    not for a task in ``gathers``, which assembles its first input from several
+    pieces (a read of a split variable kept whole) into a buffer of its own."""
+    return [t in ALIAS_OP_TYPES and n not in gathers for t, n in zip(op_types, names)]
 
 
 def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
@@ -123,7 +146,7 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
     """
     validate(strategy, step, cluster.names)
     rows, names, device, edges = [], [], {}, []
-    tasks, layouts, reduces = {}, {}, {}
+    tasks, layouts, reduces, gathers = {}, {}, {}, set()
 
     def add_task(name, dev, op_type, flops, in_bytes, out_bytes, param_bytes=0.0):
         names.append(name)
@@ -196,7 +219,13 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
                          _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
                 edges.append((target, task, 0.0))
             for k, (src, port) in enumerate(op.inputs):
+                if op.op_type in SHAPE_ONLY_OPS:  # ordered after its input, reads no bytes
+                    edges.extend((t, target, 0.0) for t, _, _ in layouts[src, port][0])
+                    continue
+                before = len(edges)
                 feed(src, port, in_boxes[k], target, p.device)
+                if k == 0 and len(edges) - before > 1:
+                    gathers.add(target)  # assembles its input from pieces: a new buffer
             for src in op.control_inputs:
                 edges.extend((t, target, 0.0) for t in tasks[src])
             for k, box in enumerate(out_boxes):
@@ -219,7 +248,8 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
                             for t in types])
     persistent, transient = cost_model.memory(table)
     graph = OpGraph(names, cost, edges, memory=persistent, transient=transient,
-                    device_types=types, op_types=table["op_type"].tolist(), pinned=device)
+                    device_types=types, op_types=table["op_type"].tolist(), pinned=device,
+                    aliases=task_aliases(table["op_type"], names, gathers))
     return Expansion(graph, device, tasks, table)
 
 

@@ -11,8 +11,14 @@ table below is the registry (``print(description_table())`` shows it):
 character   meaning
 ==========  =================================================================
 ``a``-``z`` an iteration dimension; splitting it splits this axis
-``.``       an axis never split (spatial axes of convolutions: they would need
-            a halo; the softmax's class axis; a concatenation axis)
+``.``       an axis never split (the softmax's class axis; a concatenation
+            axis; a depthwise filter's multiplier)
+``H``/``W`` a sliding-window op's input rows (columns) that the part's
+            windows read: dimension ``h`` (``w``) mapped through stride,
+            kernel extent and padding (:class:`Halo`): the part's own rows
+            plus a halo from its neighbours
+``Y``/``X`` the windows (output rows, columns) that touch the part's rows
+            ``h`` (``w``): a backprop's output gradient
 ``*``       the leading axes of a rank-generic tensor, named by position:
             ``nhwc`` for rank 4, ``nc`` for rank 2, ``c`` for rank 1
             (:data:`GENERIC_AXES`); a lower-rank input broadcasts (aligned
@@ -24,7 +30,14 @@ character   meaning
 Letter conventions (DESIGN.md, "Beyond whole-op placement"; FlexFlow's SOAP):
 ``n`` is the sample dimension, ``c``/``o`` output channels (parameter), ``i``
 input channels (a reduction in a convolution), ``k`` MatMul's inner dimension,
-``h``/``w`` attributes. Dimensions in :attr:`OpDescription.stats` need
+``h``/``w`` attributes (FlexFlow's A). A sliding-window entry (``halo``) says
+whether ``h``/``w`` index its outputs' rows (``"forward"``: a convolution, a
+pool, the filter gradient) or its inputs' rows (``"backward"``: the input
+gradients), and where the kernel extent comes from (:data:`HALO_KERNELS`);
+:func:`resolve` computes each spatial dimension's :class:`Halo` (stride and
+padding from the op's attributes) and marks ``H``/``W``/``Y``/``X`` axes
+with a :class:`HaloAxis`. A dilated window keeps its spatial axes whole.
+Dimensions in :attr:`OpDescription.stats` need
 statistics across parts (batch norm in training: its mean and variance are
 over ``n``, ``h``, ``w``); splitting them costs a reduction of the statistics.
 
@@ -36,9 +49,12 @@ constants. Everything else is kept whole (:func:`resolve` says why).
 Example
 -------
 >>> dims = resolve(OpInfo("c", "Conv2D", input_shapes=((8, 32, 32, 3), (3, 3, 3, 16)),
-...                       output_shapes=((8, 32, 32, 16),), attrs={"data_format": "NHWC"}))
+...                       output_shapes=((8, 32, 32, 16),),
+...                       attrs={"data_format": "NHWC", "strides": (1, 1, 1, 1), "padding": "SAME"}))
 >>> dims.dims, dims.reduction, dims.extent["o"]
-(('n', 'o', 'i'), frozenset({'i'}), 16)
+(('n', 'o', 'i', 'h', 'w'), frozenset({'i'}), 16)
+>>> dims.halo["h"].reads(0, 16)   # rows 0-15 of 32 read rows -1..16 (SAME: one padded row)
+(-1, 17)
 """
 
 from __future__ import annotations
@@ -46,6 +62,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from .graph import OpInfo
@@ -81,6 +98,12 @@ class OpDescription:
         :class:`NotDescribed` when the op cannot be split.
     note : str
         What the split means, for the table.
+    halo : str
+        ``"forward"`` or ``"backward"`` for a sliding-window op (``h``/``w``
+        index the windows' output rows, or the input rows a backprop
+        produces); ``""`` otherwise.
+    kernel : str
+        Where the window's extent comes from (a key of :data:`HALO_KERNELS`).
     """
 
     op_type: str
@@ -90,6 +113,8 @@ class OpDescription:
     stats: str = ""
     specs: Callable | None = None
     note: str = ""
+    halo: str = ""
+    kernel: str = ""
 
     def applies(self, attrs: Mapping) -> bool:
         return all(attrs.get(key, value) == value for key, value in self.when)
@@ -122,6 +147,157 @@ class OpDims:
     reduction: frozenset
     stats: frozenset
     description: OpDescription = field(repr=False, default=None)
+    halo: dict = field(default_factory=dict)
+    """Per spatial dimension of a sliding-window op: its :class:`Halo`."""
+    whole_reason: str = ""
+    """Why a sliding-window op's spatial axes stay whole (a dilated window), if they do."""
+
+
+#: Where a sliding-window op's kernel extent (rows, columns) comes from.
+HALO_KERNELS = {
+    "filter": lambda op: tuple(op.input_shapes[1][:2]),    # the filter input (HWIO)
+    "filter_sizes": lambda op: tuple(op.output_shapes[0][:2]),  # the filter gradient's shape
+    "ksize": lambda op: tuple(op.attrs["ksize"][1:3]),      # a pool's window (NHWC)
+}
+
+
+@dataclass(frozen=True)
+class Halo:
+    """One spatial dimension of a sliding-window op (dilation 1).
+
+    Window ``y`` (an output row) reads input rows ``[y*stride - pad,
+    y*stride - pad + kernel)``; rows outside ``[0, size)`` are padding.
+
+    Attributes
+    ----------
+    dim : str
+        ``"h"`` or ``"w"``.
+    size, out : int
+        Input rows and windows (output rows) of the whole op.
+    kernel, stride, pad : int
+        Window extent, step, and padding before row 0 (TensorFlow's SAME puts
+        the odd row after).
+    backward : bool
+        ``dim`` indexes input rows (a backprop's output), else windows.
+    """
+
+    dim: str
+    size: int
+    out: int
+    kernel: int
+    stride: int
+    pad: int
+    backward: bool = False
+
+    def windows(self, a: int, b: int) -> tuple:
+        """The windows a part with rows ``[a, b)`` of its dimension computes with.
+
+        Forward: the rows themselves. Backward: the windows that touch input
+        rows ``[a, b)`` (possibly none: an empty range), clipped to the op's.
+        """
+        if not self.backward:
+            return a, b
+        lo = max(0, -(-(a + self.pad - self.kernel + 1) // self.stride))
+        hi = min(self.out, (b - 1 + self.pad) // self.stride + 1)
+        return lo, max(lo, hi)
+
+    def reads(self, a: int, b: int) -> tuple:
+        """Input rows (unclipped: below 0 or from ``size`` on is padding) the windows of
+        ``[a, b)`` read (:meth:`windows` first when backward)."""
+        y0, y1 = self.windows(a, b)
+        if y1 <= y0:
+            return y0 * self.stride - self.pad, y0 * self.stride - self.pad
+        return y0 * self.stride - self.pad, (y1 - 1) * self.stride - self.pad + self.kernel
+
+    def clip(self, lo: int, hi: int) -> tuple:
+        """``((lo', hi'), (pad_before, pad_after))``: the rows of ``[lo, hi)`` that exist
+        and the padding rows around them."""
+        c0, c1 = min(max(lo, 0), self.size), max(min(hi, self.size), 0)
+        if hi <= lo:
+            return (c0, c0), (0, 0)
+        return (c0, max(c0, c1)), (max(0, -lo), max(0, hi - self.size))
+
+    def counts(self, y0: int, y1: int) -> np.ndarray:
+        """Per window of ``[y0, y1)``: how many of its rows are real (not padding)."""
+        y = np.arange(y0, y1)
+        start = y * self.stride - self.pad
+        return np.minimum(start + self.kernel, self.size) - np.maximum(start, 0)
+
+
+@dataclass(frozen=True)
+class HaloAxis:
+    """A tensor axis indexed through a :class:`Halo`: ``reads`` (``H``/``W``: the input rows
+    the part's windows read, halo included) or the windows themselves (``Y``/``X``)."""
+
+    halo: Halo
+    reads: bool
+
+    @property
+    def dim(self) -> str:
+        return self.halo.dim
+
+    def rows(self, a: int, b: int) -> tuple:
+        """The rows of this axis that a part with rows ``[a, b)`` of ``dim`` needs (clipped).
+
+        A part with all of ``dim`` reads the whole axis: it runs the op as it is,
+        rows no window reads included (a 1x1 stride-2 window skips every other
+        row; a max pool's gradient has its input's shape).
+        """
+        h = self.halo
+        if (a, b) == (0, h.size if h.backward else h.out):
+            return (0, h.size) if self.reads else (0, h.out)
+        if self.reads:
+            return self.halo.clip(*self.halo.reads(a, b))[0]
+        return self.halo.windows(a, b)
+
+
+#: Spec characters of halo axes: character -> (spatial dimension, reads input rows).
+HALO_CHARS = {"H": ("h", True), "W": ("w", True), "Y": ("h", False), "X": ("w", False)}
+
+
+def _halos(op: OpInfo, desc: OpDescription, in_specs, out_specs, in_shapes, out_shapes):
+    """The :class:`Halo` of each spatial dimension of a sliding-window op, or a reason
+    (str) why its spatial axes stay whole."""
+    attrs = op.attrs
+    strides, padding = attrs.get("strides"), attrs.get("padding")
+    if strides is None or padding is None:
+        return "its strides or padding are not known"
+    if any(d != 1 for d in (attrs.get("dilations") or (1, 1, 1, 1))):
+        return "a dilated window"
+    try:
+        kernel = HALO_KERNELS[desc.kernel](op)
+    except (KeyError, IndexError, TypeError):
+        return "its window's extent is not known"
+
+    def axis_extent(specs, shapes, char):
+        for spec, shape in zip(specs, shapes):
+            if char in spec and shape is not None and len(spec) == len(shape):
+                return shape[spec.index(char)]
+        return None
+
+    out = {}
+    for axis, (dim, rows_char, win_char) in enumerate((("h", "H", "Y"), ("w", "W", "X")), start=1):
+        own = axis_extent(list(out_specs) + list(in_specs), list(out_shapes) + list(in_shapes), dim)
+        other = axis_extent(in_specs, in_shapes, win_char if desc.halo == "backward" else rows_char)
+        if own is None or other is None or None in (own, other, kernel[axis - 1]):
+            return "a spatial extent is not known"
+        size, windows = (own, other) if desc.halo == "backward" else (other, own)
+        k, s = int(kernel[axis - 1]), int(strides[axis])
+        if padding == "SAME":
+            pad = max((windows - 1) * s + k - size, 0) // 2
+        elif padding == "VALID":
+            pad = 0
+        elif padding == "EXPLICIT" and len(attrs.get("explicit_paddings") or ()) == 8:
+            pad = int(attrs["explicit_paddings"][2 * axis])
+        else:
+            return f"padding {padding!r}"
+        after = {"VALID": 0, "SAME": None}.get(padding)
+        if after is None and padding == "EXPLICIT":
+            after = int(attrs["explicit_paddings"][2 * axis + 1])
+        if after is not None and windows != (size + pad + after - k) // s + 1:
+            return "its spatial shapes do not fit its window"
+        out[dim] = Halo(dim, int(size), int(windows), k, s, pad, desc.halo == "backward")
+    return out
 
 
 OP_DESCRIPTIONS: dict[str, list[OpDescription]] = {}
@@ -196,22 +372,32 @@ def _reshape_specs(op: OpInfo):
 
 _NHWC = (("data_format", "NHWC"),)
 _TRAINING = (("is_training", True),)
+#: Ops that read only their inputs' shapes (static in a training step: TensorFlow
+#: folds them to constants), so no input bytes move to them.
+SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
 ELEMENTWISE_OPS = ("Relu", "ReluGrad", "Relu6", "Mul", "Sub", "AddV2", "Add", "AddN", "RealDiv",
                    "Neg", "Floor", "FloorMod", "GreaterEqual", "SelectV2", "Identity",
                    "Maximum", "Minimum", "Square", "Sqrt", "Rsqrt", "Tanh", "Sigmoid", "Cast",
                    "TanhGrad", "SigmoidGrad")
 for _d in (
-    OpDescription("Conv2D", ("n..i", "..io"), ("n..o",), _NHWC,
-                  note="sample n, output channels o (parameter), input channels i (reduction)"),
-    OpDescription("Conv2DBackpropInput", ("=0", "..io", "n..o"), ("n..i",), _NHWC,
-                  note="o is a reduction: channel parts give partial input gradients"),
-    OpDescription("Conv2DBackpropFilter", ("n..i", "=0", "n..o"), ("..io",), _NHWC,
-                  note="n is a reduction: sample parts give partial weight gradients"),
-    OpDescription("DepthwiseConv2dNative", ("n..c", "..c."), ("n..c",), _NHWC,
+    OpDescription("Conv2D", ("nHWi", "..io"), ("nhwo",), _NHWC, halo="forward", kernel="filter",
+                  note="sample n, output channels o (parameter), input channels i (reduction), "
+                       "output rows h and columns w (attribute: input rows with a halo)"),
+    OpDescription("Conv2DBackpropInput", ("=0", "..io", "nYXo"), ("nhwi",), _NHWC,
+                  halo="backward", kernel="filter",
+                  note="o is a reduction: channel parts give partial input gradients; h, w: "
+                       "rows of the input gradient, from the windows touching them"),
+    OpDescription("Conv2DBackpropFilter", ("nHWi", "=0", "nhwo"), ("..io",), _NHWC,
+                  halo="forward", kernel="filter_sizes",
+                  note="n, h, w are reductions: sample and row parts give partial weight gradients"),
+    OpDescription("DepthwiseConv2dNative", ("nHWc", "..c."), ("nhwc",), _NHWC, halo="forward",
+                  kernel="filter",
                   note="depth multiplier 1 only (else the channel map is not one-to-one)"),
-    OpDescription("DepthwiseConv2dNativeBackpropInput", ("=0", "..c.", "n..c"), ("n..c",), _NHWC),
-    OpDescription("DepthwiseConv2dNativeBackpropFilter", ("n..c", "=0", "n..c"), ("..c.",), _NHWC,
-                  note="n is a reduction"),
+    OpDescription("DepthwiseConv2dNativeBackpropInput", ("=0", "..c.", "nYXc"), ("nhwc",), _NHWC,
+                  halo="backward", kernel="filter"),
+    OpDescription("DepthwiseConv2dNativeBackpropFilter", ("nHWc", "=0", "nhwc"), ("..c.",), _NHWC,
+                  halo="forward", kernel="filter_sizes", note="n, h, w are reductions"),
     OpDescription("MatMul", ("nk", "kc"), ("nc",), (("transpose_a", False), ("transpose_b", False))),
     OpDescription("MatMul", ("kn", "kc"), ("nc",), (("transpose_a", True), ("transpose_b", False))),
     OpDescription("MatMul", ("nk", "ck"), ("nc",), (("transpose_a", False), ("transpose_b", True))),
@@ -224,10 +410,14 @@ for _d in (
     OpDescription("FusedBatchNormGradV3", ("nhwc", "nhwc", "c", "c", "c", "-"),
                   ("nhwc", "c", "c", "-", "-"), _NHWC + _TRAINING, stats="nhw",
                   note="n, h, w split: the sums of dy and dy*x reduced across parts"),
-    OpDescription("MaxPool", ("n..c",), ("n..c",), _NHWC),
-    OpDescription("AvgPool", ("n..c",), ("n..c",), _NHWC),
-    OpDescription("MaxPoolGrad", ("n..c", "n..c", "n..c"), ("n..c",), _NHWC),
-    OpDescription("AvgPoolGrad", ("=0", "n..c"), ("n..c",), _NHWC),
+    OpDescription("MaxPool", ("nHWc",), ("nhwc",), _NHWC, halo="forward", kernel="ksize",
+                  note="h, w: output rows, input rows with a halo (padding: -inf)"),
+    OpDescription("AvgPool", ("nHWc",), ("nhwc",), _NHWC, halo="forward", kernel="ksize",
+                  note="h, w: output rows, input rows with a halo (SAME: counts real rows)"),
+    OpDescription("MaxPoolGrad", ("nHWc", "nYXc", "nYXc"), ("nhwc",), _NHWC, halo="backward",
+                  kernel="ksize", note="h, w: rows of the input gradient"),
+    OpDescription("AvgPoolGrad", ("=0", "nYXc"), ("nhwc",), _NHWC, halo="backward",
+                  kernel="ksize", note="h, w: rows of the input gradient"),
     OpDescription("SoftmaxCrossEntropyWithLogits", ("n.", "n."), ("n", "n."),
                   note="the class axis stays whole (softmax over it)"),
     OpDescription("L2Loss", ("*",), ("",), note="every axis is a reduction"),
@@ -289,6 +479,15 @@ def resolve(op: OpInfo) -> OpDims:
     in_specs, out_specs = desc.specs(op) if desc.specs else (desc.inputs, desc.outputs)
     in_shapes = list(op.input_shapes)
     out_shapes = [op.param_shape] if op.op_type == "VarHandleOp" else list(op.output_shapes)
+    halos, whole_reason = {}, ""
+    if desc.halo:
+        halos = _halos(op, desc, in_specs, out_specs, in_shapes, out_shapes)
+        if isinstance(halos, str):  # spatial axes stay whole
+            whole_reason = halos
+            keep = str.maketrans({c: "." for c in "hwHWYX"})
+            in_specs = tuple(s.translate(keep) for s in in_specs)
+            out_specs = tuple(s.translate(keep) for s in out_specs)
+            halos = {}
     if op.op_type in ELEMENTWISE_OPS:
         in_specs = ("*",) * len(in_shapes)
     if len(in_specs) < len(in_shapes) or len(out_specs) < len(out_shapes):
@@ -315,6 +514,10 @@ def resolve(op: OpInfo) -> OpDims:
                 continue
             resolved = []
             for letter, size in zip(axes, shape):
+                if letter in HALO_CHARS and halos:
+                    dim, reads = HALO_CHARS[letter]
+                    resolved.append(HaloAxis(halos[dim], reads))
+                    continue
                 if letter == ".":
                     resolved.append(None)
                     continue
@@ -334,8 +537,9 @@ def resolve(op: OpInfo) -> OpDims:
             maps.append(tuple(resolved))
     in_out = {x for m in outputs if isinstance(m, tuple) for x in m if x}
     reduction = frozenset(d for d in order if d not in in_out)
+    order = [d for d in order if d not in halos] + [d for d in order if d in halos]
     return OpDims(tuple(order), extent, tuple(inputs), tuple(outputs), reduction,
-                  frozenset(d for d in desc.stats if d in extent), desc)
+                  frozenset(d for d in desc.stats if d in extent), desc, halos, whole_reason)
 
 
 def description_table() -> pd.DataFrame:
@@ -346,7 +550,8 @@ def description_table() -> pd.DataFrame:
             rows.append(dict(op_type=op_type, when=" ".join(f"{k}={v}" for k, v in d.when),
                              inputs=", ".join(d.inputs) if not d.specs else "(from constants)",
                              outputs=", ".join(d.outputs) if not d.specs else "",
-                             stats=d.stats, note=d.note))
+                             stats=d.stats, halo=(f"{d.halo}, kernel from {d.kernel}"
+                                                  if d.halo else ""), note=d.note))
     return pd.DataFrame(rows)
 
 

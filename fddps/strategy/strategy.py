@@ -13,7 +13,9 @@ the ops it does not name. Whole-op placement, data parallelism and channel
   devices by size (parameter servers); weight gradients then reach their
   variable's device as partial sums (a reduce per link);
 - :func:`parameter_split`: chosen op types split along their parameter
-  (output-channel) dimension.
+  (output-channel) dimension;
+- :func:`attribute_split`: ops with a height (width) split along it,
+  convolutions and pools reading a halo from their neighbours.
 
 :func:`parts` enumerates a configured op's parts and the box of its iteration
 domain each one computes; :func:`validate` checks a strategy against a step.
@@ -165,6 +167,9 @@ def validate(strategy: Strategy, step, devices: Sequence[str]) -> None:
             except NotDescribed as why:
                 raise StrategyError(f"op {name!r} ({op.op_type}) cannot be split: {why}") from None
             for d, f in cfg.split.items():
+                if d not in dims.extent and d in ("h", "w") and dims.description.halo:
+                    raise StrategyError(f"op {name!r} ({op.op_type}) cannot be split along {d!r}: "
+                                        f"its spatial axes stay whole ({dims.whole_reason})")
                 if d not in dims.extent:
                     raise StrategyError(f"op {name!r} ({op.op_type}) has no dimension {d!r}; its "
                                         f"dimensions are {', '.join(dims.dims) or 'none'}")
@@ -200,11 +205,21 @@ def whole_placement(placement: Mapping, default_device: str) -> Strategy:
                     default_device, name="whole-op placement")
 
 
+#: Op types that hold a variable: a colocation group with one of them is a variable's.
+VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2", "Variable", "TemporaryVariable"})
+
+
+def _variable_groups(step) -> set:
+    return {op.group for op in step.ops.values()
+            if op.group is not None and op.op_type in VARIABLE_TYPES}
+
+
 def _group_devices(step, devices):
-    """A device per colocation group, groups of variables spread by bytes (largest first)."""
+    """A device per variable's colocation group, spread by bytes (largest first)."""
+    variables = _variable_groups(step)
     sizes = {}
     for op in step.ops.values():
-        if op.group is not None:
+        if op.group in variables:
             sizes[op.group] = sizes.get(op.group, 0.0) + op.param_bytes
     load = dict.fromkeys(devices, 0.0)
     out = {}
@@ -219,11 +234,14 @@ def _split_where(step, devices, choose, name) -> Strategy:
     """``choose(op, dims) -> {dim: factor}`` splits ops over the first devices; whole ops
     go where their data is.
 
-    A whole op bound to a colocation group runs on the group's device
-    (variables spread by bytes); another whole op follows its first input's
-    producer (its first part), and an op without inputs (a constant) its first
-    consumer, so that work on a variable stays on the variable's device
-    instead of piling onto the first device.
+    A whole op bound to a variable's colocation group runs on the group's
+    device (variables spread by bytes); another whole op follows its first
+    input's producer (its first part), a colocation group without a variable
+    (TensorFlow's gradient sums) its first member, and an op without inputs
+    (a constant) its first consumer, so that work on a variable stays on the
+    variable's device instead of piling onto the first device. Last, whole
+    ops move to their readers' device where that moves fewer bytes
+    (:func:`_follow_readers`).
     """
     devices = list(devices)
     group_dev = _group_devices(step, devices)
@@ -239,13 +257,16 @@ def _split_where(step, devices, choose, name) -> Strategy:
         if n > 1:
             configs[op.name] = OpConfig(split, tuple(devices[:n]))
             continue
-        if op.tied and op.group is not None:
-            home = group_dev.get(op.group, devices[0])
+        if op.tied and op.group in group_dev:
+            home = group_dev[op.group]
         elif op.inputs:
             home = configs[op.inputs[0][0]].devices[0]
         else:
             home = devices[0]
-            sourceless.append(op.name)
+            if not op.tied:
+                sourceless.append(op.name)
+        if op.tied and op.group is not None:
+            home = group_dev.setdefault(op.group, home)
         configs[op.name] = OpConfig({}, (home,))
     first_consumer = {}
     for op in step.ops.values():
@@ -255,7 +276,82 @@ def _split_where(step, devices, choose, name) -> Strategy:
         consumer = first_consumer.get(name_)
         if consumer is not None:
             configs[name_] = OpConfig({}, (configs[consumer].devices[0],))
+    _follow_readers(step, configs, _variable_groups(step))
     return Strategy(configs, devices[0], name=name)
+
+
+def _bytes_to(step, configs, src, port, device) -> float:
+    """Bytes of output ``port`` of ``src`` that reach ``device`` from other devices:
+    the parts held elsewhere, or every partial sum held elsewhere."""
+    from .graph import tensor_bytes
+
+    op, cfg = step.ops[src], configs[src]
+    shape = op.output_shapes[port] if port < len(op.output_shapes) else None
+    nbytes = tensor_bytes(shape, op.output_itemsizes[port]) if shape else 0.0
+    away = sum(d != device for d in cfg.devices)
+    if cfg.num_parts == 1:
+        return nbytes * away
+    try:
+        partial = any(cfg.split.get(d, 1) > 1 for d in resolve(op).reduction)
+    except NotDescribed:
+        partial = False
+    return nbytes * away if partial else nbytes * away / cfg.num_parts
+
+
+def _follow_readers(step, configs, variable_groups):
+    """Move a whole op, or a colocation group without a variable, to the one device
+    all its readers run on, unless that moves more bytes.
+
+    Latest first, so chains move together. A weight's gradient sum (the
+    ``AddN`` of the sample parts' partial sums and the weight decay's gradient,
+    one colocation group) then runs on the variable's device, as on a
+    parameter server, instead of where its first member ran, which sent the
+    summed gradient back: four weight-sized transfers per variable instead of
+    two (a read and a partial sum). A weight decay's ``L2Loss`` stays by its
+    weight: its scalar moves, not the weight. Variables' groups never move.
+    """
+    units, unit_of = {}, {}
+    for op in step.ops.values():
+        if configs[op.name].num_parts > 1 or op.group in variable_groups:
+            continue
+        if op.tied and op.group is None:
+            continue
+        key = op.group if op.tied else op.name
+        units.setdefault(key, []).append(op.name)
+        unit_of[op.name] = key
+    readers = {}
+    for op in step.ops.values():
+        for src in dict.fromkeys([s for s, _ in op.inputs] + list(op.control_inputs)):
+            if unit_of.get(src) is not None and unit_of.get(op.name) == unit_of[src]:
+                continue  # inside one group
+            readers.setdefault(src, []).append(op.name)
+    position = {name: i for i, name in enumerate(step.ops)}
+    for key in sorted(units, key=lambda k: -max(position[n] for n in units[k])):
+        members = units[key]
+        outside = [r for n in members for r in readers.get(n, ())]
+        if not outside:
+            continue
+        homes = {d for r in outside for d in configs[r].devices}
+        here = configs[members[0]].devices[0]
+        if len(homes) != 1 or here in homes:
+            continue
+        there = next(iter(homes))
+        inside = set(members)
+
+        def cost(device):
+            sent = 0.0
+            for n in members:
+                op = step.ops[n]
+                sent += sum(_bytes_to(step, configs, s, k, device)
+                            for s, k in op.inputs if s not in inside)
+                if device != there and n in readers:
+                    sent += max((_bytes_to(step, configs, n, k, there)
+                                 for k in range(len(op.output_shapes))), default=0.0)
+            return sent
+
+        if cost(there) <= cost(here):  # a tie goes to the readers: what it feeds comes next
+            for n in members:
+                configs[n] = OpConfig({}, (there,))
 
 
 def sample_dim(dims, batch):
@@ -326,6 +422,52 @@ def parameter_split(step, devices: Sequence[str], op_types=None, *, only=None) -
         return {d: f} if f > 1 else {}
 
     return _split_where(step, devices, choose, "parameter split")
+
+
+def attribute_split(step, devices: Sequence[str], dims: Sequence[str] = ("h",), *,
+                    only=None) -> Strategy:
+    """FlexFlow's attribute dimension: every op with a height (and/or width) split along it.
+
+    Parameters
+    ----------
+    step : StepGraph
+    devices : sequence of str
+    dims : sequence of str
+        ``("h",)`` (rows), ``("w",)`` or ``("h", "w")``; with both, the
+        devices are shared out as ``k = kh * kw`` with ``kh >= kw``.
+    only : callable, optional
+        ``only(op) -> bool`` narrows the ops.
+
+    Returns
+    -------
+    Strategy
+        Convolutions, pools, their gradients (a halo each), batch norm
+        (statistics reduced across the parts) and element-wise ops split into
+        ``min(factor, extent)`` parts per dimension; the rest as
+        :func:`data_parallel`'s home devices.
+
+    Example
+    -------
+    >>> from fddps.strategy.graph import OpInfo, StepGraph
+    >>> g = StepGraph([OpInfo("x", "Relu", input_shapes=((2, 6, 6, 3),),
+    ...                       output_shapes=((2, 6, 6, 3),))])
+    >>> attribute_split(g, ["d0", "d1", "d2", "d3"], ("h", "w")).config("x").split
+    {'h': 2, 'w': 2}
+    """
+    devices = list(devices)
+    k = len(devices)
+    factors = {dims[0]: k} if len(dims) == 1 else {}
+    if len(dims) == 2:
+        kw = max(f for f in range(1, int(k ** 0.5) + 1) if k % f == 0)
+        factors = {dims[0]: k // kw, dims[1]: kw}
+
+    def choose(op, op_dims):
+        if only and not only(op):
+            return {}
+        split = {d: min(f, op_dims.extent[d]) for d, f in factors.items() if d in op_dims.extent}
+        return {d: f for d, f in split.items() if f > 1}
+
+    return _split_where(step, devices, choose, "attribute split")
 
 
 def mixed(step, devices: Sequence[str]) -> Strategy:

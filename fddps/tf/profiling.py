@@ -163,8 +163,18 @@ def _node_type(ns) -> str:
     return ""
 
 
-def _node_memory(ns) -> float:
-    """Bytes of the outputs allocated plus temporary memory, NaN if nothing was reported."""
+def _node_memory(ns, tracked: bool = False) -> float:
+    """Bytes the node allocated for its outputs and temporaries, NaN if nothing was reported.
+
+    With allocations ``tracked`` (a traced step records ``memory`` for the nodes
+    that allocate), the bytes its allocators handed out while it ran: 0 for a
+    node whose output is a buffer that already existed (a ``ReadVariableOp``
+    returns its variable's storage, ``Identity`` its input, an element-wise op
+    may overwrite its input), though ``output`` still describes that buffer.
+    Otherwise its outputs' requested bytes plus its temporary memory.
+    """
+    if tracked:
+        return float(sum(m.total_bytes for m in ns.memory))
     out = [o.tensor_description.allocation_description.requested_bytes for o in ns.output]
     temp = ns.memory_stats.temp_memory_size if ns.HasField("memory_stats") else 0
     if not out and not temp:
@@ -299,6 +309,8 @@ def profile(model=None, *, graph=None, fetches=None, init=None, steps: int = 10,
                 times = defaultdict(float)
                 spans, idle = [], 0.0
                 comm_step = 0.0
+                tracked = any(len(ns.memory) for dev in rm.step_stats.dev_stats
+                              for ns in dev.node_stats)
                 for dev in rm.step_stats.dev_stats:
                     starts, ends, busy = [], [], 0.0
                     for ns in dev.node_stats:
@@ -317,7 +329,7 @@ def profile(model=None, *, graph=None, fetches=None, init=None, steps: int = 10,
                             busy += sec
                         executed_type.setdefault(ns.node_name, _node_type(ns))
                         node_device.setdefault(ns.node_name, dev.device)
-                        memory[ns.node_name].append(_node_memory(ns))
+                        memory[ns.node_name].append(_node_memory(ns, tracked))
                     if starts:
                         spans.append(max(ends) - min(starts))
                         idle += spans[-1] - busy

@@ -21,14 +21,28 @@ from .graphdef import VARIABLE_OPS, _parse_input, _tf, analyse
 from .split_candidates import node_attrs, shape_input_value
 
 #: Attributes op descriptions test.
-DESCRIBED_ATTRS = ("data_format", "transpose_a", "transpose_b", "is_training", "keep_dims")
+DESCRIBED_ATTRS = ("data_format", "transpose_a", "transpose_b", "is_training", "keep_dims",
+                   "padding")
+
+#: Integer-list attributes of sliding windows (their halos: :class:`fddps.strategy.ops.Halo`).
+WINDOW_ATTRS = ("strides", "ksize", "dilations", "explicit_paddings")
+
+
+def _window_attrs(node) -> dict:
+    return {k: tuple(node.attr[k].list.i) for k in WINDOW_ATTRS
+            if k in node.attr and node.attr[k].WhichOneof("value") == "list"}
 
 #: Integer inputs whose static value is read (axes, shapes, paddings), at most this many elements.
 MAX_CONST_ELEMENTS = 16
 
 
-def _shape(t):
-    return tuple(t.shape.as_list()) if t.shape.rank is not None else None
+def _shape(t, unknown_dim):
+    """Static shape, an unknown dimension read as ``unknown_dim`` (as :func:`analyse` does):
+    a tensor of unknown extent (``Unique``'s output in a sparse gradient) then has bytes,
+    and no description splits an axis it cannot size."""
+    if t.shape.rank is None:
+        return None
+    return tuple(unknown_dim if d is None else d for d in t.shape.as_list())
 
 
 def _itemsize(dtype):
@@ -80,11 +94,11 @@ def step_graph(graph_def, fetches=None, unknown_dim: int = 1) -> StepGraph:
                        for t in op.inputs))
         ops.append(OpInfo(
             name=node.name, op_type=node.op, inputs=tuple(data), control_inputs=tuple(control),
-            input_shapes=tuple(_shape(t) for t in op.inputs),
-            output_shapes=tuple(_shape(t) for t in op.outputs),
+            input_shapes=tuple(_shape(t, unknown_dim) for t in op.inputs),
+            output_shapes=tuple(_shape(t, unknown_dim) for t in op.outputs),
             input_itemsizes=tuple(_itemsize(t.dtype) for t in op.inputs),
             output_itemsizes=tuple(_itemsize(t.dtype) for t in op.outputs),
-            attrs=node_attrs(node, DESCRIBED_ATTRS), const_values=consts,
+            attrs={**node_attrs(node, DESCRIBED_ATTRS), **_window_attrs(node)}, const_values=consts,
             flops=float(row["flops"]), input_bytes=float(row["input_bytes"]),
             output_bytes=float(row["output_bytes"]), param_bytes=float(row["param_bytes"]),
             param_shape=param_shape, group=row["colocation_group"], tied=bool(tied)))

@@ -25,11 +25,15 @@ assembled once and sliced (``Slice``, cached per box and device).
 ``Mean`` parts split along a reduced axis compute ``Sum`` of their box times
 ``1 / count`` of the whole, so that the partial results add up to the mean.
 
-Batch norm split by sample reduces its statistics across the parts
-(:func:`_write_batch_norm`). Not yet written (a clear
-:class:`~fddps.strategy.StrategyError` names the op): batch norm split by
-height or width, and split variables (``VarHandleOp``, ``ReadVariableOp``, optimizer
-updates): variables stay whole on their devices.
+Batch norm split by sample, height or width reduces its statistics across
+the parts (:func:`_write_batch_norm`). A sliding-window op (convolution,
+pool, their gradients) split by height or width reads its rows plus a halo
+and computes its part with ``VALID`` padding on the haloed slice, padded
+explicitly where the part touches the border (:func:`_write_windowed`), so
+that every part computes exactly the whole op's rows. Not yet written (a clear
+:class:`~fddps.strategy.StrategyError` names the op): split variables
+(``VarHandleOp``, ``ReadVariableOp``, optimizer updates): variables stay
+whole on their devices.
 
 Step nodes lose their ``_class`` colocation attribute (a split op's name now
 stands for an ``IdentityN``; devices are explicit); other nodes are copied as
@@ -41,7 +45,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..strategy.ops import NotDescribed, resolve
+from ..strategy.expand import _tensor_box as _box
+from ..strategy.ops import HaloAxis, NotDescribed, resolve
 from ..strategy.strategy import StrategyError, parts, validate
 from .graphdef import _tf, analyse
 from .split_rewrite import _const
@@ -159,17 +164,39 @@ class _Writer:
             if inside:
                 t, b = inside[0]
                 return self.slice(t, b, box, device, self.dtype(op, port), f"{op}/fddps_part")
+            if box != full:
+                tiled = self.tiles(op, port, entries, box, device)
+                if tiled is not None:
+                    return tiled
         return self.slice(self.materialize(op, port), full, box, device, self.dtype(op, port), op)
+
+    def tiles(self, op, port, entries, box, device):
+        """``box`` of a split output from the parts it overlaps (a halo read): each piece
+        sliced on its part's device, so that only the piece moves, then concatenated
+        on ``device``; None if the parts do not tile ``box``."""
+        key = ("tiles", op, port, box, device)
+        if key not in self.cache:
+            source = {}
+            for t, b, d in entries:  # replicas: read one, a local one if any
+                if b not in source or (d == device and source[b][1] != device):
+                    source[b] = (t, d)
+            dtype, pieces = self.dtype(op, port), []
+            for b, (t, d) in source.items():
+                inter = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(b, box))
+                if all(x1 > x0 for x0, x1 in inter):
+                    pieces.append((inter, self.slice(t, b, inter, d, dtype, f"{op}/fddps_part")))
+            volume = sum(np.prod([x1 - x0 for x0, x1 in inter]) for inter, _ in pieces)
+            if volume != np.prod([x1 - x0 for x0, x1 in box]):
+                return None
+            self.cache[key] = self.assemble(pieces, device, dtype,
+                                            f"{op}/fddps_halo_{port}_{len(self.cache)}")
+        return self.cache[key]
 
 
 def _overlaps(a, b):
     return all(max(a0, b0) < min(a1, b1) for (a0, a1), (b0, b1) in zip(a, b))
 
 
-def _box(axes, shape, pbox):
-    if not isinstance(axes, tuple) or (axes and axes[0] == "shape"):
-        return tuple((0, s) for s in (shape or ()))
-    return tuple(pbox[d] if d is not None else (0, s) for d, s in zip(axes, shape))
 
 
 def _node(name, op, inputs, device, dtype=None, **attrs):
@@ -207,7 +234,8 @@ def _scaled(w, name, x, factor, device, dtype):
 
 
 def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
-    """Batch norm split by sample (and channel): statistics reduced across the parts.
+    """Batch norm split by sample, height or width (and channel): statistics reduced
+    across the parts.
 
     Forward: the mean is the sum of the parts' sums over N = n*h*w; the
     variance likewise from the parts' sums of squared deviations from that
@@ -221,9 +249,6 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
     Returns per output the part entries ``[(tensor, box, device)]`` and the part names.
     """
     tf = _tf()
-    if any(cfg.split.get(d, 1) > 1 for d in ("h", "w")):
-        raise StrategyError(f"op {name!r} ({op.op_type}): splitting its height or width is not "
-                            "written into GraphDefs yet (split n and c)")
     grad = op.op_type == "FusedBatchNormGradV3"
     n, h, w_, c = op.input_shapes[0]
     count = float(n * h * w_)
@@ -320,6 +345,107 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
     return outs, names
 
 
+def _pad(w, name, x, pads, device, dtype, value=None):
+    """``x`` padded by ``pads`` (``[before, after]`` per axis) with zeros or ``value``."""
+    if not any(a or b for a, b in pads):
+        return x
+    tf = _tf()
+    inputs = [x, w.const(f"{name}/paddings", pads, tf.int32, device)]
+    if value is not None:
+        inputs.append(w.const(f"{name}/value", value, dtype, device))
+    w.add(_node(name, "PadV2" if value is not None else "Pad", inputs, device, dtype,
+                Tpaddings=tf.int32))
+    return name
+
+
+def _count_scale(halos, windows):
+    """Per window of a padded average pool: kernel area / real (unpadded) area, shaped
+    ``[1, rows, cols, 1]``; None when every window lies inside the input."""
+    hh, hw = halos["h"], halos["w"]
+    ch, cw = hh.counts(*windows["h"]), hw.counts(*windows["w"])
+    if (ch == hh.kernel).all() and (cw == hw.kernel).all():
+        return None
+    return ((hh.kernel * hw.kernel) / np.outer(ch, cw))[None, :, :, None]
+
+
+def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
+    """A sliding-window op split by height or width: each part computes exactly its rows.
+
+    Per part and spatial dimension (:class:`fddps.strategy.ops.Halo`): the
+    windows it computes with (its own rows; for a backprop, the windows
+    touching its rows), the input rows those windows read (its rows plus a
+    halo from the neighbouring parts, :meth:`_Writer.read`), and the padding
+    rows beyond the input's border, added explicitly (``Pad``; ``PadV2``
+    with -inf for a max pool). The part then runs the op with ``VALID``
+    padding. An average pool's windows that overlap padding are rescaled to
+    their real row count (SAME divides by it). A backprop computes the
+    gradient of the rows its windows read and keeps its own rows (``Slice``,
+    zeros ``Pad`` for rows no window touches). Returns per output the part
+    entries ``[(tensor, box, device)]`` and the part names.
+    """
+    tf = _tf()
+    backward = dims.description.halo == "backward"
+    dtype = tf_op.outputs[0].dtype
+    lowest = -np.inf if op.op_type.startswith("MaxPool") else None
+    outs, names = [[] for _ in op.output_shapes], []
+    for p in parts(op, cfg, dims):
+        pname = f"{name}/fddps_part_{p.index}"
+        windows = {d: h.windows(*p.box[d]) for d, h in dims.halo.items()}
+        reads = {d: h.reads(*p.box[d]) for d, h in dims.halo.items()}
+        out_box = _box(dims.outputs[0], op.output_shapes[0], p.box)
+        names.append(pname)
+        if any(b <= a for a, b in windows.values()):  # no window touches these rows
+            w.add(_const(pname, np.zeros([b - a for a, b in out_box]), dtype, p.device))
+            outs[0].append((pname, out_box, p.device))
+            continue
+        # The box the part computes: its own, or (backward) every row its windows read.
+        region = tuple(reads[a] if a in dims.halo and backward else r
+                       for a, r in zip(dims.outputs[0], out_box))
+        node = tf.compat.v1.NodeDef()
+        node.CopyFrom(node_def)
+        node.name = f"{pname}/window" if backward or op.op_type == "AvgPool" else pname
+        node.device = p.device
+        for key in ("_class", "_output_shapes", "explicit_paddings"):
+            node.attr.pop(key, None)
+        node.attr["padding"].s = b"VALID"
+        del node.input[:]
+        for k, ((src, port), axes) in enumerate(zip(op.inputs, dims.inputs)):
+            shape = op.input_shapes[k]
+            if isinstance(axes, tuple) and axes and axes[0] == "shape":
+                node.input.append(w.const(f"{pname}/shape_{k}", [b - a for a, b in region],
+                                          tf_op.inputs[k].dtype, p.device))
+                continue
+            box = tuple((a.halo.clip(*reads[a.dim])[0] if a.reads else windows[a.dim])
+                        if isinstance(a, HaloAxis) else r
+                        for a, r in zip(axes, _box(axes, shape, p.box)))
+            t = w.read(src, port, box, p.device, shape)
+            pads = [list(a.halo.clip(*reads[a.dim])[1]) if isinstance(a, HaloAxis) and a.reads
+                    else [0, 0] for a in axes]
+            t = _pad(w, f"{pname}/pad_{k}", t, pads, p.device, dtype, lowest)
+            if op.op_type == "AvgPoolGrad":  # each window's gradient / its real count
+                scale = _count_scale(dims.halo, windows)
+                t = t if scale is None else _scaled(w, f"{pname}/grad_scaled", t, scale,
+                                                    p.device, dtype)
+            node.input.append(t)
+        node.input.extend(controls)
+        w.add(node)
+        result = node.name
+        if op.op_type == "AvgPool":
+            scale = _count_scale(dims.halo, windows)
+            if scale is None:
+                w.add(_node(pname, "Identity", [result], p.device, dtype))
+            else:
+                _scaled(w, pname, result, scale, p.device, dtype)
+        elif backward:  # keep the part's rows of the region; zeros where no window reached
+            keep = tuple((max(a, r0), min(b, r1)) for (a, b), (r0, r1) in zip(out_box, region))
+            cropped = w.slice(result, region, keep, p.device, dtype, pname)
+            pads = [[k0 - a, b - k1] for (a, b), (k0, k1) in zip(out_box, keep)]
+            if _pad(w, pname, cropped, pads, p.device, dtype) != pname:
+                w.add(_node(pname, "Identity", [cropped], p.device, dtype))
+        outs[0].append((pname, out_box, p.device))
+    return outs, names
+
+
 def rewrite_strategy(graph_def, strategy, fetches, devices=None):
     """A GraphDef that runs ``strategy``: the same loss and updates as ``graph_def``.
 
@@ -385,9 +511,13 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None):
         names, outs = [], [[] for _ in op.output_shapes]
         tf_op = analysis.graph.get_operation_by_name(name)
         stats_split = any(cfg.split.get(d, 1) > 1 for d in dims.stats)
+        halo_split = any(cfg.split.get(d, 1) > 1 for d in dims.halo)
         if stats_split:
             outs, names = _write_batch_norm(w, name, op, cfg, dims, tf_op, original)
-        for p in ([] if stats_split else parts(op, cfg, dims)):
+        elif halo_split:
+            outs, names = _write_windowed(w, name, op, cfg, dims, tf_op, original,
+                                          [f"^{t}" for c in op.control_inputs for t in tasks[c]])
+        for p in ([] if stats_split or halo_split else parts(op, cfg, dims)):
             pname = f"{name}/fddps_part_{p.index}"
             node = tf.compat.v1.NodeDef()
             node.CopyFrom(original)
