@@ -5,7 +5,7 @@
 - :mod:`.flexflow`: FlexFlow's Metropolis-Hastings search (``"flexflow"``);
 - :mod:`.pase`: the exact vertex-elimination DP for an additive cost (``"pase"``);
 - :mod:`.auto`: the best of the baselines and both searches in a time budget (``"auto"``);
-- :mod:`.tofu`: Tofu's recursive partitioning (EuroSys 2019, Section 5; ``place(..., algorithm="tofu")``).
+- :mod:`.tofu`: Tofu's recursive partitioning (EuroSys 2019, Section 5; ``"tofu"``).
 
 :func:`get_search` builds one by name; :func:`search` runs one.
 """
@@ -14,7 +14,7 @@ from .base import (SearchError, SearchResult, StrategySearch, available_searches
                    register_search)
 from .evaluate import Score, StrategyEvaluator, penalised_cost
 from .space import baseline_strategies, decision_units, unit_splits, whole_op_graph
-from . import auto, flexflow, pase  # noqa: F401  (registration)
+from . import auto, flexflow, pase, tofu  # noqa: F401  (registration)
 
 
 def search(step, cluster, cost_model, algorithm="auto", **options) -> SearchResult:
