@@ -173,6 +173,30 @@ def test_a_level_choice_over_capacity_gives_way_to_the_least_communication_that_
         Tofu(memory_weights=())
 
 
+def test_tofu_is_a_search_and_auto_weighs_its_plan(cm):
+    """``get_search("tofu")`` gives Tofu's plan as a SearchResult, and ``auto``
+    runs it beside the others: under a capacity that one device misses, auto's
+    answer fits."""
+    from fddps.search import SearchError, available_searches, get_search
+
+    step, devs = _mlp(8, [1024, 1024, 1024, 1024]), GPUS[:4]
+    assert "tofu" in available_searches()
+    peaks = [simulate_strategy(step, Tofu().plan(step, devs, w).strategy, cm.cluster(devs),
+                               cm).peak_memory.max() for w in Tofu().memory_weights]
+    capacity = 0.5 * (peaks[0] + min(peaks))  # as in the test above: a heavier weight fits
+    cluster = cm.cluster(devs, memory=capacity)
+    found = get_search("tofu", writable=True).fit(step, cluster, cm)
+    assert found.search == "tofu" and found.fits and (found.peak <= capacity).all()
+    assert found.info["comm_bytes"] > 0 and found.info["memory_weight"] > 0
+    best = get_search("auto", writable=True, time_budget=5, max_proposals=20).fit(step, cluster, cm)
+    assert "tofu" in best.info["steps"] and best.fits and not best.info["fits"]["one device"]
+    assert best.makespan <= best.info["steps"]["tofu"]
+    with pytest.raises(SearchError, match="memory_weights"):
+        get_search("tofu", memory_weights=())
+    with pytest.raises(SearchError, match="has no option 'ways'"):
+        get_search("tofu", ways=2)
+
+
 # -- a model whose weights exceed one device, on CPU -------------------------------------
 tf = pytest.importorskip("tensorflow")
 CPUS = [f"/device:CPU:{i}" for i in range(4)]

@@ -6,7 +6,7 @@
 - :mod:`.pase`: the exact vertex-elimination DP for an additive cost (``"pase"``);
 - :mod:`.fddps_space`: FD-DPS whose split step chooses among every configuration (``"fddps_space"``);
 - :mod:`.auto`: the best of the baselines and both searches in a time budget (``"auto"``);
-- :mod:`.tofu`: Tofu's recursive partitioning (EuroSys 2019, Section 5; ``place(..., algorithm="tofu")``).
+- :mod:`.tofu`: Tofu's recursive partitioning (EuroSys 2019, Section 5; ``"tofu"``).
 
 :func:`get_search` builds one by name; :func:`search` runs one.
 """
@@ -15,7 +15,7 @@ from .base import (SearchError, SearchResult, StrategySearch, available_searches
                    register_search)
 from .evaluate import Score, StrategyEvaluator, penalised_cost
 from .space import baseline_strategies, decision_units, unit_splits, whole_op_graph
-from . import auto, fddps_space, flexflow, pase  # noqa: F401  (registration)
+from . import auto, fddps_space, flexflow, pase, tofu  # noqa: F401  (registration)
 
 
 def search(step, cluster, cost_model, algorithm="auto", **options) -> SearchResult:

@@ -3,7 +3,9 @@
 In order: the baselines (one device, data parallelism, FD-DPS's whole-op
 placement), each fully simulated; FD-DPS over the strategy space
 (``"fddps_space"``, in ``fddps_space_share`` of the budget, from that
-placement); the vertex-elimination DP (``"pase"``; a
+placement); Tofu's recursive partition (``"tofu"``: the least-communication
+plan that fits, often the only one for a model larger than a device;
+skipped, with the reason kept, when none fits); the vertex-elimination DP (``"pase"``; a
 step too wide for its table bound, or whose costing outlasts ``pase_share`` of
 the budget, is skipped, and the reason kept); then
 FlexFlow's MCMC for the rest of the budget, its chains starting from the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import time
 
+from ..errors import InfeasibleError
 from .base import SearchError, SearchResult, StrategySearch, get_search, positive, register_search
 from .evaluate import StrategyEvaluator
 from .space import baseline_strategies
@@ -84,6 +87,15 @@ class AutoSearch(StrategySearch):
         starts["fddps_space"] = fs.strategy
         seconds["fddps_space"] = time.perf_counter() - t + (
             fddps_space.seconds if fddps_space is not None else 0.0)
+        t = time.perf_counter()
+        try:
+            plan = get_search("tofu", writable=self.writable).fit(step, cluster, cost_model)
+            score = ev.full(plan.strategy)  # timed like every other candidate
+            candidates["tofu"] = (plan.strategy, score.makespan, score.peak, score.fits, score.cost)
+            starts["tofu"] = plan.strategy
+        except InfeasibleError as why:
+            skipped["tofu"] = str(why)
+        seconds["tofu"] = time.perf_counter() - t
         t = time.perf_counter()
         try:
             dp = pase or get_search("pase", writable=self.writable, progress=self.progress,

@@ -50,8 +50,9 @@ group (it split a dimension the tensor lacks: a weight under a sample split):
 it whole everywhere (all-reduce) and ``S (k - 1)`` to one part (reduce).
 
 What is kept whole: variables, their reads and updates (the TensorFlow
-rewrite does not write split variables yet; they are spread over the devices
-by bytes as :func:`fddps.strategy.data_parallel` does); ops without a
+rewrite does not write split variables yet; they, and the other colocation
+groups, are spread over the devices by bytes:
+:func:`fddps.strategy.strategy.group_devices`); ops without a
 description (on the device of their first input's first part); with
 ``writable=True`` (default) batch norm is not split along its statistics
 dimensions (the rewrite writes those since the spatial splits landed, but
@@ -92,7 +93,9 @@ import numpy as np
 from networkx.utils import UnionFind
 
 from ..errors import InfeasibleError
-from ..strategy import NotDescribed, OpConfig, Strategy, data_parallel, resolve, simulate_strategy
+from .base import SearchError, SearchResult, StrategySearch, register_search
+from ..strategy import NotDescribed, OpConfig, Strategy, resolve, simulate_strategy
+from ..strategy.strategy import group_devices
 from ..strategy.ops import ELEMENTWISE_OPS, SHAPE_ONLY_OPS
 
 _GRADIENT = re.compile(r"^gradients(?:_\d+)?/")
@@ -536,11 +539,19 @@ class Tofu:
     def _strategy(self, step, devices, dims, history):
         k = len(devices)
         radices = factorize(k)
-        home = data_parallel(step, devices)
+        # Every colocation group spread by bytes: a variable's, and TF's gradient
+        # sums' too (data parallelism keeps those by their variable; here
+        # spreading them balances memory, which is what Tofu is for).
+        home = group_devices(step, devices)
         configs = {}
         for name, op in step.ops.items():
             if op.tied and not any(d for d, _ in history.get(name, ())):
-                configs[name] = home.config(name)
+                if op.group is not None:
+                    configs[name] = OpConfig({}, (home[op.group],))
+                else:
+                    src = op.inputs[0][0] if op.inputs else None
+                    configs[name] = OpConfig({}, (configs[src].devices[0] if src in configs
+                                                  else devices[0],))
                 continue
             levels = history.get(name, [])
             split = {}
@@ -569,9 +580,44 @@ class Tofu:
         return Strategy(configs, devices[0], name="tofu")
 
 
+@register_search
+class TofuSearch(StrategySearch):
+    """:class:`Tofu` behind the search interface (``get_search("tofu")``), so that
+    ``auto`` weighs its plan against the others'.
+
+    Options are :class:`Tofu`'s; ``writable`` defaults to False like the other
+    searches' (:func:`fddps.tf.place` sets it). :meth:`fit` raises
+    :class:`~fddps.errors.InfeasibleError` when no plan fits.
+    """
+
+    name = "tofu"
+    options = dict(writable=False, beam=64, max_combos=256, split_variables=None,
+                   memory_weights=(0.0, 0.25, 1.0, 4.0, 16.0, 64.0, 256.0), progress=False)
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self._search()  # bad options fail here, named
+
+    def _search(self) -> Tofu:
+        try:
+            return Tofu(writable=self.writable, beam=self.beam, max_combos=self.max_combos,
+                        split_variables=self.split_variables, memory_weights=self.memory_weights)
+        except (TypeError, ValueError) as why:
+            raise SearchError(f"strategy search 'tofu': {why}") from None
+
+    def fit(self, step, cluster, cost_model) -> SearchResult:
+        plan = self._search().search(step, cluster, cost_model)
+        peak = np.asarray(plan.peak_memory, dtype=np.float64)
+        return SearchResult(plan.strategy, float(plan.timeline.makespan), peak, True, self.name,
+                            plan.search_seconds,
+                            dict(comm_bytes=plan.comm_bytes, levels=len(plan.levels),
+                                 groups=plan.groups, exact=plan.exact,
+                                 memory_weight=plan.info.get("memory_weight", 0.0)))
+
+
 def tofu(step, cluster, cost_model, **options) -> TofuPlan:
     """``Tofu(**options).search(step, cluster, cost_model)``: a plan that fits, or InfeasibleError."""
     return Tofu(**options).search(step, cluster, cost_model)
 
 
-__all__ = ["Tofu", "TofuPlan", "edge_bytes", "factorize", "forward_name", "tofu"]
+__all__ = ["Tofu", "TofuPlan", "TofuSearch", "edge_bytes", "factorize", "forward_name", "tofu"]

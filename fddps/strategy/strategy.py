@@ -214,12 +214,21 @@ def _variable_groups(step) -> set:
             if op.group is not None and op.op_type in VARIABLE_TYPES}
 
 
-def _group_devices(step, devices):
-    """A device per variable's colocation group, spread by bytes (largest first)."""
-    variables = _variable_groups(step)
+def group_devices(step, devices, groups=None) -> dict:
+    """A device per colocation group of ``groups`` (default: every group), spread by
+    their ops' parameter bytes, largest first, each to the least-loaded device.
+
+    Example
+    -------
+    >>> from fddps.strategy.graph import OpInfo, StepGraph
+    >>> step = StepGraph([OpInfo("w", "VarHandleOp", param_bytes=16.0, group="w"),
+    ...                   OpInfo("v", "VarHandleOp", param_bytes=8.0, group="v")])
+    >>> group_devices(step, ["a", "b"])
+    {'w': 'a', 'v': 'b'}
+    """
     sizes = {}
     for op in step.ops.values():
-        if op.group in variables:
+        if op.group is not None and (groups is None or op.group in groups):
             sizes[op.group] = sizes.get(op.group, 0.0) + op.param_bytes
     load = dict.fromkeys(devices, 0.0)
     out = {}
@@ -244,7 +253,7 @@ def _split_where(step, devices, choose, name) -> Strategy:
     (:func:`_follow_readers`).
     """
     devices = list(devices)
-    group_dev = _group_devices(step, devices)
+    group_dev = group_devices(step, devices, _variable_groups(step))
     configs, sourceless = {}, []
     for op in step.ops.values():
         split = {}

@@ -560,14 +560,14 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         return place_step(graph_def, devices, cost_model=cost_model, algorithm=algorithm,
                           memory=memory, override=override, fetches=fetches,
                           enforce_order=enforce_order, unknown_dim=unknown_dim, **options)
+    if strategy is None and algorithm == "tofu":
+        return _place_tofu(graph_def, devices, cost_model, memory, fetches, unknown_dim, options)
     if strategy is None and algorithm in available_searches():
         from .search_place import place_searched
 
         return place_searched(graph_def, devices, algorithm,
                               _default_cost_model() if cost_model is None else cost_model,
                               memory, fetches=fetches, unknown_dim=unknown_dim, **options)
-    if strategy is None and algorithm == "tofu":
-        return _place_tofu(graph_def, devices, cost_model, memory, fetches, unknown_dim, options)
     if strategy is not None:
         from .strategy_rewrite import place_strategy
 
