@@ -14,9 +14,12 @@ batch, CIFAR-10 size):
    ``grpc-loopback`` link preset are used;
 2. every algorithm places the model with :func:`fddps.place` on the two
    workers (``"single"``: the whole graph on one worker, the baseline);
-3. the placed GraphDef runs on the cluster: ``--warmup`` steps, then the
-   median wall time of ``--steps`` steps (``Session.run`` of train op and loss
-   from this client process), beside the simulator's prediction.
+3. the placed GraphDefs run on the cluster, each in its own session:
+   ``--warmup`` steps each, then ``--steps`` rounds in which every placement
+   runs one timed step (the order rotating per round, so that the machine's
+   drift hits all alike); the median wall time (``Session.run`` of train op
+   and loss from this client process) is reported beside the simulator's
+   prediction.
 
 Both workers share this machine with the client and anything else running;
 compare the algorithms with each other and with ``single`` inside one run.
@@ -104,38 +107,57 @@ def analytic_cost_model():
                     link_bandwidth=link.bandwidth, profile_seconds=0.0, comm_bench_seconds=0.0)
 
 
-def measure_steps(graph_def, fetches, init, target, *, steps=10, warmup=3, config=None):
-    """Run a (placed) GraphDef on ``target``: init, ``warmup`` steps, then ``steps`` timed steps.
+def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, config=None):
+    """Run several (placed) GraphDefs of one step on ``target``, their steps interleaved.
+
+    Each graph gets its own session: ``init``, a first step (graph
+    partitioning, Grappler), ``warmup - 1`` more; then ``steps`` rounds in
+    which every graph runs one timed step, the order rotating from round to
+    round, so that whatever the machine does meanwhile (other processes,
+    allocator and cache warm-up, clock changes) falls on all of them alike.
+    Timing them one after another instead measured identical graphs 1.0-1.4x
+    apart on this 2-core machine.
 
     Returns
     -------
-    dict
-        ``median``, ``min``, ``max`` step seconds, ``first_step`` seconds (the
-        first run: graph partitioning, Grappler), ``loss`` of the last step,
-        ``devices_ran`` (number of devices in the executed partition graphs).
+    list of dict
+        Per graph: ``median``, ``min``, ``max`` step seconds, ``first_step``
+        seconds, ``loss`` of its last step, ``devices_ran`` (devices in the
+        executed partition graphs).
     """
     import tensorflow as tf
 
     tf1 = tf.compat.v1
-    g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
-    times = []
-    with tf1.Session(target, graph=g, config=config) as sess:
-        sess.run(init)
-        meta = tf1.RunMetadata()
-        t0 = time.perf_counter()
-        sess.run(fetches, options=tf1.RunOptions(output_partition_graphs=True), run_metadata=meta)
-        first = time.perf_counter() - t0
-        devices = {n.device for part in meta.partition_graphs for n in part.node if n.device}
-        for _ in range(max(0, warmup - 1)):
-            sess.run(fetches)
-        for _ in range(steps):
+    sessions, out = [], []
+    try:
+        for graph_def in graph_defs:
+            g = tf.Graph()
+            with g.as_default():
+                tf.graph_util.import_graph_def(graph_def, name="")
+            sess = tf1.Session(target, graph=g, config=config)
+            sessions.append(sess)
+            sess.run(init)
+            meta = tf1.RunMetadata()
             t0 = time.perf_counter()
-            _, loss = sess.run(fetches)
-            times.append(time.perf_counter() - t0)
-    return dict(median=statistics.median(times), min=min(times), max=max(times), first_step=first,
-                loss=float(loss), devices_ran=len(devices))
+            sess.run(fetches, options=tf1.RunOptions(output_partition_graphs=True), run_metadata=meta)
+            first = time.perf_counter() - t0
+            devices = {n.device for part in meta.partition_graphs for n in part.node if n.device}
+            for _ in range(max(0, warmup - 1)):
+                sess.run(fetches)
+            out.append(dict(times=[], first_step=first, devices_ran=len(devices), loss=np.nan))
+        for r in range(steps):
+            for k in np.roll(np.arange(len(sessions)), -r):
+                t0 = time.perf_counter()
+                _, loss = sessions[k].run(fetches)
+                out[k]["times"].append(time.perf_counter() - t0)
+                out[k]["loss"] = float(loss)
+    finally:
+        for sess in sessions:
+            sess.close()
+    for o in out:
+        times = o.pop("times")
+        o.update(median=statistics.median(times), min=min(times), max=max(times))
+    return out
 
 
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
@@ -172,6 +194,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                                                 repeats=comm_repeats, progress=False)
             else:
                 cm, facts = analytic_cost_model()
+            placed = []  # (row, graph_def) of every placement, measured together below
             for spec in specs:
                 bar.set_description(f"real cluster {model}: {spec}")
                 step_fetches = [m.train_op.name, m.loss.op.name]
@@ -185,8 +208,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                         p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, algorithm=name,
                                         fetches=step_fetches, enforce_order=enforce_order, **options)
                 except fddps.InfeasibleError as e:
-                    rows.append(dict(model=model, batch=batch, algorithm=spec, status="OOM",
-                                     message=str(e), **facts))
+                    placed.append((dict(model=model, batch=batch, algorithm=spec, status="OOM",
+                                        message=str(e), **facts), None))
                     bar.update()
                     continue
                 s = p.schedule
@@ -195,22 +218,29 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                 # TF sends a tensor once per (producer, receiving device), as the simulator does.
                 sent = pd.DataFrame({"src": s.graph.src[cross], "to": s.device[s.graph.dst[cross]],
                                      "bytes": s.graph.bytes[cross]}).groupby(["src", "to"]).bytes.max()
-                measured = measure_steps(p.graph_def, fetches, m.init_op.name, cluster.target,
-                                         steps=steps, warmup=warmup, config=cluster.session_config())
-                rows.append(dict(model=model, batch=batch, algorithm=spec, status="ok",
-                                 ops=s.graph.num_ops, ops_worker0=int(ops_per_device[0]),
-                                 ops_worker1=int(ops_per_device[1]),
-                                 transfers=len(sent), transfer_MB=float(sent.sum() / 1e6),
-                                 predicted=p.makespan, measured=measured["median"],
-                                 measured_min=measured["min"], measured_max=measured["max"],
-                                 first_step=measured["first_step"], loss=measured["loss"],
-                                 devices_ran=measured["devices_ran"],
-                                 place_seconds=p.info["place_seconds"],
-                                 order_edges=p.info.get("order_edges_added", 0),
-                                 ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
-                                 chosen=str(p.info.get("search", p.info.get("strategy", ""))),
-                                 message="", **facts))
+                row = dict(model=model, batch=batch, algorithm=spec, status="ok",
+                           ops=s.graph.num_ops, ops_worker0=int(ops_per_device[0]),
+                           ops_worker1=int(ops_per_device[1]),
+                           transfers=len(sent), transfer_MB=float(sent.sum() / 1e6),
+                           predicted=p.makespan, place_seconds=p.info["place_seconds"],
+                           order_edges=p.info.get("order_edges_added", 0),
+                           ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
+                           chosen=str(p.info.get("search", p.info.get("strategy", ""))),
+                           message="", **facts)
+                placed.append((row, p.graph_def))
                 bar.update()
+            bar.set_description(f"real cluster {model}: {len(placed)} placements, steps interleaved")
+            measured = iter(measure_steps([gd for _, gd in placed if gd is not None], fetches,
+                                          m.init_op.name, cluster.target, steps=steps,
+                                          warmup=warmup, config=cluster.session_config()))
+            for row, gd in placed:
+                if gd is None:  # out of memory: not run
+                    rows.append(row)
+                    continue
+                got = next(measured)
+                rows.append(dict(row, measured=got["median"], measured_min=got["min"],
+                                 measured_max=got["max"], first_step=got["first_step"],
+                                 loss=got["loss"], devices_ran=got["devices_ran"]))
         bar.close()
     df = pd.DataFrame(rows)
     df.attrs["cluster_start_seconds"] = started
@@ -311,7 +341,8 @@ def main(argv=None):
     print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "
           f"{df.attrs.get('cluster_start_seconds', np.nan):.0f} s; models {', '.join(args.models)} at "
           f"batch {args.batch}, 32x32; per placement: {args.warmup} warm-up step(s), then the median "
-          f"(min-max) of {args.steps} timed steps from this client; "
+          f"(min-max) of {args.steps} timed steps from this client, the placements' steps "
+          f"interleaved (one each per round, the order rotating); "
           f"enforce_order={args.enforce_order}; {wall:.0f} s in all.")
     if first.cost_model == "profiled":
         for model, g in df.groupby("model", sort=False):
