@@ -89,9 +89,10 @@ class AutoSearch(StrategySearch):
             fddps_space.seconds if fddps_space is not None else 0.0)
         t = time.perf_counter()
         try:
+            # Tofu's search already expanded and simulated its plan, as ev.full would.
             plan = get_search("tofu", writable=self.writable).fit(step, cluster, cost_model)
-            score = ev.full(plan.strategy)  # timed like every other candidate
-            candidates["tofu"] = (plan.strategy, score.makespan, score.peak, score.fits, score.cost)
+            candidates["tofu"] = (plan.strategy, plan.makespan, plan.peak, plan.fits,
+                                  plan.info["cost"])
             starts["tofu"] = plan.strategy
         except InfeasibleError as why:
             skipped["tofu"] = str(why)

@@ -94,6 +94,7 @@ from networkx.utils import UnionFind
 
 from ..errors import InfeasibleError
 from .base import SearchError, SearchResult, StrategySearch, register_search
+from .evaluate import penalised_cost
 from ..strategy import NotDescribed, OpConfig, Strategy, resolve, simulate_strategy
 from ..strategy.strategy import group_devices
 from ..strategy.ops import ELEMENTWISE_OPS, SHAPE_ONLY_OPS
@@ -608,9 +609,10 @@ class TofuSearch(StrategySearch):
     def fit(self, step, cluster, cost_model) -> SearchResult:
         plan = self._search().search(step, cluster, cost_model)
         peak = np.asarray(plan.peak_memory, dtype=np.float64)
-        return SearchResult(plan.strategy, float(plan.timeline.makespan), peak, True, self.name,
-                            plan.search_seconds,
-                            dict(comm_bytes=plan.comm_bytes, levels=len(plan.levels),
+        makespan = float(plan.timeline.makespan)
+        return SearchResult(plan.strategy, makespan, peak, True, self.name, plan.search_seconds,
+                            dict(cost=penalised_cost(makespan, peak, cluster.memory),
+                                 comm_bytes=plan.comm_bytes, levels=len(plan.levels),
                                  groups=plan.groups, exact=plan.exact,
                                  memory_weight=plan.info.get("memory_weight", 0.0)))
 

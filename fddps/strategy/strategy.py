@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import FddpsError
+from .graph import tensor_bytes
 from .ops import SAMPLE, NotDescribed, resolve
 
 
@@ -253,7 +254,8 @@ def _split_where(step, devices, choose, name) -> Strategy:
     (:func:`_follow_readers`).
     """
     devices = list(devices)
-    group_dev = group_devices(step, devices, _variable_groups(step))
+    variables = _variable_groups(step)
+    group_dev = group_devices(step, devices, variables)
     configs, sourceless = {}, []
     for op in step.ops.values():
         split = {}
@@ -285,15 +287,13 @@ def _split_where(step, devices, choose, name) -> Strategy:
         consumer = first_consumer.get(name_)
         if consumer is not None:
             configs[name_] = OpConfig({}, (configs[consumer].devices[0],))
-    _follow_readers(step, configs, _variable_groups(step))
+    _follow_readers(step, configs, variables)
     return Strategy(configs, devices[0], name=name)
 
 
 def _bytes_to(step, configs, src, port, device) -> float:
     """Bytes of output ``port`` of ``src`` that reach ``device`` from other devices:
     the parts held elsewhere, or every partial sum held elsewhere."""
-    from .graph import tensor_bytes
-
     op, cfg = step.ops[src], configs[src]
     shape = op.output_shapes[port] if port < len(op.output_shapes) else None
     nbytes = tensor_bytes(shape, op.output_itemsizes[port]) if shape else 0.0
