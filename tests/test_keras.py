@@ -266,6 +266,24 @@ _CLUSTER_SCRIPT = textwrap.dedent("""
             tasks_ran = {{tf.DeviceSpec.from_string(d).task for d in p.ran_on.values()}}
             assert tasks_ran == {{0, 1}}, tasks_ran
             print("ran on", len(p.ran_on), "nodes, tasks", sorted(tasks_ran))
+
+        # Eager assignments to a variable on a worker task reach it by another
+        # route than the placed function's parts: without waiting for them the
+        # step could run first (a Keras loss was halved by a late metric reset).
+        with tf.device(c.devices[0]):
+            count = tf.Variable(0.0)
+
+        @tf.function
+        def counting(x):
+            count.assign_add(1.0)
+            return count.read_value() + 0.0 * tf.reduce_sum(tf.matmul(x[0, 0], tf.transpose(x[0, 0])))
+
+        pc = fddps.place(counting, free, (xs[0],), cost_model=t.COST_MODEL)
+        seen = []
+        for _ in range(100):
+            count.assign(tf.zeros([]))
+            seen.append(float(pc.train_step(xs[0])))
+        assert seen == [1.0] * len(seen), seen
     print("CLUSTER-OK")
 """)
 

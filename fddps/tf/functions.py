@@ -556,6 +556,13 @@ class StepPlacement(Placement):
             self._runner = self._build()
         if self.model is not None:
             self.model.reset_metrics()
+        # Eager ops on another task (the metric resets above, a user's
+        # assignments, variable initialisers) are streamed to it, while the
+        # placed function's parts run there by a separate request that can
+        # overtake them (TF orders the two only through data inputs): a
+        # metric count not yet reset halved a step's reported loss. So every
+        # pending eager op finishes first.
+        context.async_wait()
         ctx = context.context()
         if first:  # the partition graphs are built, and reported, once: on the first call
             ctx.enable_run_metadata()
