@@ -364,6 +364,40 @@ def speedup(base, new) -> float:
     return (base - new) / base
 
 
+def interleaved_step_times(graph_defs, fetch, init, target="", steps=10, warmup=2, config=None):
+    """Wall times of ``steps`` runs of ``fetch`` in each graph, the graphs taking turns.
+
+    Taking turns step by step puts every graph under the same load from other
+    processes. ``config``: the sessions' ConfigProto (default TensorFlow's).
+    Returns one list of seconds per graph.
+    """
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    sessions = []
+    try:
+        for gd in graph_defs:
+            g = tf.Graph()
+            with g.as_default():
+                tf1.import_graph_def(gd, name="")
+            sess = tf1.Session(target, graph=g, config=config)
+            sessions.append(sess)
+            sess.run(init)
+        for _ in range(warmup):
+            for sess in sessions:
+                sess.run(fetch)
+        times = [[] for _ in sessions]
+        for _ in range(steps):
+            for k, sess in enumerate(sessions):
+                t0 = time.perf_counter()
+                sess.run(fetch)
+                times[k].append(time.perf_counter() - t0)
+    finally:
+        for sess in sessions:
+            sess.close()
+    return times
+
+
 def ensure_parent(path) -> Path:
     """``path`` as a Path, its folder created."""
     path = Path(path)

@@ -60,43 +60,12 @@ import pandas as pd
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from .common import interleaved_step_times  # noqa: E402
+
 
 def _rel(pred, meas):
     pred, meas = np.asarray(pred, float), np.asarray(meas, float)
     return np.abs(pred - meas) / meas
-
-
-def _step_times(graph_defs, fetch, init, target, steps, warmup=2):
-    """Wall times of ``steps`` runs of ``fetch`` in each graph, the graphs taking turns.
-
-    Taking turns step by step puts every graph under the same load from other
-    processes. Returns one list of seconds per graph.
-    """
-    import tensorflow as tf
-
-    tf1 = tf.compat.v1
-    sessions = []
-    try:
-        for gd in graph_defs:
-            g = tf.Graph()
-            with g.as_default():
-                tf1.import_graph_def(gd, name="")
-            sess = tf1.Session(target, graph=g)
-            sessions.append(sess)
-            sess.run(init)
-        for _ in range(warmup):
-            for sess in sessions:
-                sess.run(fetch)
-        times = [[] for _ in sessions]
-        for _ in range(steps):
-            for k, sess in enumerate(sessions):
-                t0 = time.perf_counter()
-                sess.run(fetch)
-                times[k].append(time.perf_counter() - t0)
-    finally:
-        for sess in sessions:
-            sess.close()
-    return times
 
 
 def _one_core_config():
@@ -295,7 +264,7 @@ def part_c(cluster, transfers, models, batch, image_size, steps, rounds,
         for r in range(rounds):
             if r:
                 profiles.append(profile_task0())
-            times = _step_times([one.graph_def] + [p.graph_def for p in placements.values()],
+            times = interleaved_step_times([one.graph_def] + [p.graph_def for p in placements.values()],
                                 fetch, m.init_op.name, cluster.target, steps)
             t_single += times[0]
             for spec, t in zip(algorithms, times[1:]):
