@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 from collections.abc import Mapping
 
 
@@ -241,6 +242,80 @@ def local_cpu_sharing(devices, session_config=None) -> list:
                         name="cores of this process (one intra-op thread pool)")]
 
 
+#: Addresses that are this machine whatever its name.
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0")
+
+
+def _address_host(address: str) -> str:
+    """The host part of ``host:port`` (``[v6]:port`` too)."""
+    address = str(address).strip()
+    if address.startswith("["):
+        return address[:address.index("]") + 1]
+    return address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+
+
+def task_sharing(devices, cluster_spec, threads_per_task=None) -> list:
+    """The :class:`~fddps.cluster.SharedCores` of worker tasks that run on this machine.
+
+    Tasks of a TensorFlow cluster are separate processes, but those started on
+    one machine compute on its cores: two ``local_cluster`` workers on a
+    2-core machine cannot both run 2-thread ops at full speed. The tasks whose
+    address in ``cluster_spec`` is this machine (a loopback address or this
+    host's name) get one group over :func:`usable_cores`; tasks on other
+    machines are left alone (their core counts are not known here).
+
+    Parameters
+    ----------
+    devices : sequence of Device
+        As :func:`make_cluster` builds them (``host`` is ``/job:J/replica:R/task:T``).
+    cluster_spec : mapping of job -> list of ``"host:port"`` (or a ``tf.train.ClusterSpec``)
+    threads_per_task : int or mapping of host -> int, optional
+        Intra-op threads of each task's ops (what its op times are for);
+        default every usable core (TensorFlow's default).
+
+    Returns
+    -------
+    list of SharedCores
+        Empty unless at least two CPU devices of tasks on this machine.
+
+    Raises
+    ------
+    ClusterError
+        If ``cluster_spec`` is not a job -> addresses mapping.
+
+    Examples
+    --------
+    >>> devs = [Device(f"/job:worker/replica:0/task:{t}/device:CPU:0", "CPU",
+    ...                host=f"/job:worker/replica:0/task:{t}") for t in range(3)]
+    >>> spec = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223", "gpu-box:2222"]}
+    >>> [len(g.devices) for g in task_sharing(devs, spec, threads_per_task=1)]
+    [2]
+    """
+    if hasattr(cluster_spec, "as_dict"):
+        cluster_spec = cluster_spec.as_dict()
+    if not isinstance(cluster_spec, Mapping):
+        raise ClusterError(f"cluster_spec must map job names to lists of 'host:port' addresses, "
+                           f"got {type(cluster_spec).__name__}")
+    here = set(_LOOPBACK) | {socket.gethostname(), socket.getfqdn()}
+    local_tasks = set()
+    for job, addresses in cluster_spec.items():
+        # A sparse job maps task indices to addresses.
+        items = sorted(addresses.items()) if isinstance(addresses, Mapping) else enumerate(addresses)
+        for t, addr in items:
+            if _address_host(addr) in here:
+                local_tasks.add(f"/job:{job}/replica:0/task:{int(t)}")
+    members = [d for d in devices if d.type == "CPU" and d.host in local_tasks]
+    if len(members) < 2:
+        return []
+    cores = usable_cores()
+    if isinstance(threads_per_task, Mapping):
+        threads = tuple(float(threads_per_task.get(d.host, cores)) for d in members)
+    else:
+        threads = float(threads_per_task or cores)
+    return [SharedCores(tuple(d.name for d in members), cores=cores, threads=threads,
+                        name=f"cores of this machine ({len({d.host for d in members})} tasks)")]
+
+
 def nic_per_host(cluster) -> list:
     """One network interface per host (out and in), as fast as its fastest link off the host.
 
@@ -269,7 +344,7 @@ def nic_per_host(cluster) -> list:
 
 
 def make_cluster(devices, cost_model, memory=None, *, session_config=None, share_cores=True,
-                 topology="auto") -> Cluster:
+                 topology="auto", cluster_spec=None, threads_per_task=None) -> Cluster:
     """A :class:`Cluster` of TensorFlow devices, links from the cost model.
 
     Parameters
@@ -295,6 +370,13 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
         interface per host (:func:`nic_per_host`) when the devices span hosts;
         None: contention-free links; a preset name such as ``"pcie3+10gbe"``.
         Ignored when ``devices`` is a Cluster.
+    cluster_spec : mapping of job -> addresses, optional
+        The TensorFlow cluster the devices belong to: the CPU devices of its
+        tasks on this machine share its cores (:func:`task_sharing`, with
+        ``threads_per_task``), as this process's own CPU devices do (with
+        ``share_cores``). Ignored when ``devices`` is a Cluster.
+    threads_per_task : int or mapping of task -> int, optional
+        See :func:`task_sharing`.
 
     Returns
     -------
@@ -347,6 +429,8 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
                        link_resources=links)
     cluster = Cluster.from_links(out, cost_model.link)
     groups = local_cpu_sharing(out, session_config) if share_cores else []
+    if cluster_spec is not None:
+        groups = groups + task_sharing(out, cluster_spec, threads_per_task)
     if topology == "auto":
         links = nic_per_host(cluster)
     elif topology is None:

@@ -73,6 +73,24 @@ class LocalCluster:
 
         return tf.compat.v1.ConfigProto(**kwargs)
 
+    def cluster(self, cost_model=None, memory=None, **options):
+        """The :class:`~fddps.Cluster` of the workers, for :func:`fddps.place` and the simulator.
+
+        Like ``make_cluster(self.devices, cost_model, memory)``, and the
+        workers' CPU devices share this machine's cores (each op of a worker
+        wants its ``threads_per_worker`` threads; :func:`fddps.tf.devices.task_sharing`):
+        more workers than cores do not run faster than the cores. ``cost_model``
+        defaults to ``costmodel.default_cost_model()``; ``options`` go to
+        :func:`~fddps.tf.devices.make_cluster` (``topology``, ...).
+        """
+        import costmodel
+
+        from .devices import make_cluster
+
+        cm = cost_model if cost_model is not None else costmodel.default_cost_model()
+        return make_cluster(self.devices, cm, memory, cluster_spec=self.cluster_spec,
+                            threads_per_task=self.threads_per_worker, **options)
+
     def alive(self) -> list:
         """Whether each worker process is still running."""
         return [p.poll() is None for p in self._procs]
