@@ -250,7 +250,8 @@ def unbounded(cluster) -> fddps.Cluster:
     devs = [fddps.Device(d.name, d.type, d.speed, math.inf, d.host) for d in cluster.devices]
     return fddps.Cluster(devs, bandwidth=cluster.bandwidth, latency=cluster.latency,
                          transfer_compute=cluster.transfer_compute,
-                         shared_cores=cluster.shared_cores, link_resources=cluster.link_resources)
+                         shared_cores=cluster.shared_cores, link_resources=cluster.link_resources,
+                         transfer_cpu=cluster.transfer_cpu)
 
 
 def schedule_peak(schedule) -> np.ndarray:

@@ -69,7 +69,8 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
     """
     import costmodel
     from fddps.tf import op_table
-    from fddps.tf.comm_bench import DEFAULT_SIZES, measure_transfers
+    from fddps.tf.comm_bench import (DEFAULT_SIZES, CONCURRENT_COUNTS, CONCURRENT_SIZES,
+                                     fit_transfer_cpu, measure_transfers)
     from fddps.tf.profiling import profile
 
     t0 = time.perf_counter()
@@ -81,6 +82,10 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
     t1 = time.perf_counter()
     transfers = measure_transfers(cluster.devices, sizes or DEFAULT_SIZES, repeats=repeats,
                                   target=cluster.target, progress=progress)
+    # Many transfers at once: what one more costs the two tasks (Cluster.transfer_cpu).
+    concurrent = measure_transfers(cluster.devices, CONCURRENT_SIZES, counts=CONCURRENT_COUNTS,
+                                   repeats=repeats, target=cluster.target, progress=progress)
+    cpu = fit_transfer_cpu(concurrent)
     t2 = time.perf_counter()
     cm = costmodel.fit_cost_model(prof.join(op_table(model.graph_def)), transfers=transfers,
                                   base=base, graph=prof.meta["graph"])
@@ -90,7 +95,10 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
                  profile_op_seconds=float(prof.ops["seconds"].sum()),
                  profile_gap_seconds=prof.dispatch_seconds,
                  link_latency=lat, link_bandwidth=bw, profile_seconds=t1 - t0,
-                 comm_bench_seconds=t2 - t1)
+                 comm_bench_seconds=t2 - t1,
+                 # One figure for both directions: the worse (slower) of the two.
+                 cpu_transfer_latency=float(cpu.cpu_latency.max()),
+                 cpu_transfer_bandwidth=float(cpu.cpu_bandwidth.min()))
     return cm, facts
 
 
@@ -104,7 +112,8 @@ def analytic_cost_model():
     return cm, dict(cost_model="analytic cpu_preset(1) + grpc-loopback", profile_coverage=np.nan,
                     profile_step_seconds=np.nan, profile_op_seconds=np.nan,
                     profile_gap_seconds=np.nan, link_latency=link.latency,
-                    link_bandwidth=link.bandwidth, profile_seconds=0.0, comm_bench_seconds=0.0)
+                    link_bandwidth=link.bandwidth, profile_seconds=0.0, comm_bench_seconds=0.0,
+                    cpu_transfer_latency=np.nan, cpu_transfer_bandwidth=np.nan)
 
 
 def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, config=None):
@@ -174,8 +183,9 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     from tqdm.auto import tqdm
 
     import fddps
+    from fddps import Schedule
     from fddps.algorithms import parse_algorithm
-    from fddps.tf import local_cluster
+    from fddps.tf import local_cluster, make_cluster
 
     rows = []
     t_start = time.perf_counter()
@@ -194,6 +204,12 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                                                 repeats=comm_repeats, progress=False)
             else:
                 cm, facts = analytic_cost_model()
+            # The same placements predicted with the per-transfer CPU cost fitted on
+            # concurrent transfers (Cluster.transfer_cpu) instead of T / 2 per end.
+            cpu_cluster = None
+            if np.isfinite(facts["cpu_transfer_latency"]):
+                cpu_cluster = make_cluster(cluster.devices, cm).with_transfer_cpu(
+                    facts["cpu_transfer_latency"], facts["cpu_transfer_bandwidth"])
             placed = []  # (row, graph_def) of every placement, measured together below
             for spec in specs:
                 bar.set_description(f"real cluster {model}: {spec}")
@@ -223,6 +239,9 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            ops_worker1=int(ops_per_device[1]),
                            transfers=len(sent), transfer_MB=float(sent.sum() / 1e6),
                            predicted=p.makespan, place_seconds=p.info["place_seconds"],
+                           predicted_transfer_cpu=(
+                               Schedule.from_order(s.graph, cpu_cluster, s.device, s.order).makespan
+                               if cpu_cluster is not None else np.nan),
                            order_edges=p.info.get("order_edges_added", 0),
                            ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
                            chosen=str(p.info.get("search", p.info.get("strategy", ""))),
@@ -262,6 +281,8 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                             min_max_ms=f"{r.measured_min * 1e3:.0f}-{r.measured_max * 1e3:.0f}",
                             predicted_ms=round(r.predicted * 1e3, 1),
                             pred_error=f"{(r.predicted - r.measured) / r.measured:+.0%}",
+                            pred_cpu_ms=round(getattr(r, "predicted_transfer_cpu", np.nan) * 1e3, 1),
+                            pred_cpu_error=f"{(getattr(r, 'predicted_transfer_cpu', np.nan) - r.measured) / r.measured:+.0%}",
                             x_single_measured=f"{single / r.measured:.2f}x",
                             x_single_predicted=f"{single_pred / r.predicted:.2f}x",
                             ops_w0_w1=f"{r.ops_worker0}/{r.ops_worker1}",
@@ -351,12 +372,16 @@ def main(argv=None):
                   f"ops timed; untraced step {r.profile_step_seconds * 1e3:.0f} ms, sum of op times "
                   f"{r.profile_op_seconds * 1e3:.0f} ms, executor gap {r.profile_gap_seconds * 1e6:.0f} "
                   f"us per op) and the link "
-                  f"measured (latency {r.link_latency * 1e6:.0f} us, {r.link_bandwidth / 1e9:.2f} GB/s); "
+                  f"measured (latency {r.link_latency * 1e6:.0f} us, {r.link_bandwidth / 1e9:.2f} GB/s; "
+                  f"one more concurrent transfer costs the tasks {r.cpu_transfer_latency * 1e6:.0f} us "
+                  f"+ bytes / {r.cpu_transfer_bandwidth / 1e9:.2f} GB/s); "
                   f"profiling took {r.profile_seconds:.0f} s + {r.comm_bench_seconds:.0f} s.")
     else:
         print(f"Cost model: {first.cost_model} (not profiled).")
     print("measured = wall time of Session.run([train_op, loss]); predicted = the simulator's "
-          "makespan of the schedule under that cost model; x_single = one worker's time / this.")
+          "makespan of the schedule under that cost model (each transfer's T / 2 spent by each "
+          "task); pred_cpu = the same schedule with the per-transfer CPU cost fitted on "
+          "concurrent transfers (Cluster.transfer_cpu); x_single = one worker's time / this.")
     with pd.option_context("display.width", 200):
         print(summary(df).to_string(index=False))
     common.save_csv_and_plot(df, args.out, plot)

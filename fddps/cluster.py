@@ -133,14 +133,25 @@ class Cluster:
     link_resources : sequence of LinkResource
         Resources transfers share (network interfaces, PCIe uplinks). Default
         none: links are contention-free.
+    transfer_cpu : pair of (float or array-like (m, m)), optional
+        ``(cpu_latency, cpu_bandwidth)``: what each end device of a
+        compute-charged link (``transfer_compute > 0``) spends on a transfer of
+        ``b`` bytes, ``cpu_latency + b / cpu_bandwidth`` seconds, as fitted on
+        many transfers at once (:func:`fddps.tf.comm_bench.fit_transfer_cpu`):
+        gRPC overlaps the waiting of concurrent transfers, so a small one
+        costs the tasks far less than its one-at-a-time ``T``. The end devices
+        then spend ``min(T / 2, cpu_latency + b / cpu_bandwidth)`` each (times
+        ``transfer_compute``) and the wire the rest of ``T``
+        (:meth:`transfer_share`). Default None: ``transfer_compute * T / 2`` each.
 
     Raises
     ------
     ClusterError
         On no devices, duplicate names, a non-positive speed, a negative memory,
         a link with a negative latency or non-positive bandwidth, a
-        ``transfer_compute`` outside [0, 1]; a shared group or resource naming
-        an unknown device, a device in two groups, or a capacity <= 0.
+        ``transfer_compute`` outside [0, 1], a ``transfer_cpu`` latency < 0 or
+        bandwidth <= 0; a shared group or resource naming an unknown device, a
+        device in two groups, or a capacity <= 0.
 
     Examples
     --------
@@ -152,7 +163,7 @@ class Cluster:
     """
 
     def __init__(self, devices: Sequence[Device], bandwidth=float("inf"), latency=0.0,
-                 transfer_compute=0.0, shared_cores=(), link_resources=()):
+                 transfer_compute=0.0, shared_cores=(), link_resources=(), transfer_cpu=None):
         self.devices = tuple(devices)
         m = len(self.devices)
         if m == 0:
@@ -180,6 +191,24 @@ class Cluster:
         np.fill_diagonal(self.bandwidth, np.inf)
         np.fill_diagonal(self.transfer_compute, 0.0)
         self.inv_bandwidth = 1.0 / self.bandwidth
+        self.transfer_cpu = None
+        if transfer_cpu is not None:
+            try:
+                cpu_lat, cpu_bw = transfer_cpu
+            except (TypeError, ValueError):
+                raise ClusterError("transfer_cpu must be a pair (cpu_latency, cpu_bandwidth), "
+                                   f"got {transfer_cpu!r}") from None
+            cpu_lat = self._matrix(cpu_lat, "transfer_cpu latency")
+            cpu_bw = self._matrix(cpu_bw, "transfer_cpu bandwidth")
+            if np.any(~(cpu_lat[off] >= 0)) or np.any(np.isinf(cpu_lat[off])):
+                raise ClusterError("transfer_cpu needs a finite cpu_latency >= 0 on every link")
+            if np.any(~(cpu_bw[off] > 0)):
+                raise ClusterError("transfer_cpu needs a cpu_bandwidth > 0 on every link")
+            np.fill_diagonal(cpu_lat, 0.0)
+            np.fill_diagonal(cpu_bw, np.inf)
+            for arr in (cpu_lat, cpu_bw):
+                arr.setflags(write=False)
+            self.transfer_cpu = (cpu_lat, cpu_bw)
         self.memory = np.array([d.memory for d in self.devices], dtype=np.float64)
         self.speed = np.array([d.speed for d in self.devices], dtype=np.float64)
         self._set_sharing(tuple(shared_cores), tuple(link_resources))
@@ -261,7 +290,40 @@ class Cluster:
                        transfer_compute=self.transfer_compute,
                        shared_cores=self.shared_cores if shared_cores is None else shared_cores,
                        link_resources=(self.link_resources if link_resources is None
-                                       else link_resources))
+                                       else link_resources),
+                       transfer_cpu=self.transfer_cpu)
+
+    def with_transfer_cpu(self, cpu_latency, cpu_bandwidth) -> "Cluster":
+        """This cluster with a fitted per-transfer CPU cost (``transfer_cpu``); ``None, None`` drops it.
+
+        Examples
+        --------
+        >>> c = Cluster.homogeneous(2, bandwidth=1e9, latency=1e-3)
+        >>> c = Cluster(c.devices, c.bandwidth, c.latency, transfer_compute=1.0)
+        >>> float(c.with_transfer_cpu(1e-4, 1e9).transfer_share(0, 1, 0.0))  # 2 x 0.1 of 1 ms
+        0.2
+        """
+        cpu = None if cpu_latency is None and cpu_bandwidth is None else (cpu_latency, cpu_bandwidth)
+        return Cluster(self.devices, bandwidth=self.bandwidth, latency=self.latency,
+                       transfer_compute=self.transfer_compute, shared_cores=self.shared_cores,
+                       link_resources=self.link_resources, transfer_cpu=cpu)
+
+    def transfer_share(self, src, dst, nbytes):
+        """The share ``c`` of a transfer's time ``T`` its end devices spend on it (half each).
+
+        ``transfer_compute[src, dst]``; with ``transfer_cpu``, at most
+        ``2 * (cpu_latency + nbytes / cpu_bandwidth) / T`` of it. Takes device
+        indices and bytes, scalars or arrays of one shape.
+        """
+        c = self.transfer_compute[src, dst]
+        if self.transfer_cpu is None:
+            return c
+        cpu_lat, cpu_bw = self.transfer_cpu
+        t = self.latency[src, dst] + nbytes * self.inv_bandwidth[src, dst]
+        cpu = 2.0 * (cpu_lat[src, dst] + nbytes / cpu_bw[src, dst])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(t > 0, np.minimum(1.0, cpu / np.where(t > 0, t, 1.0)), 1.0)
+        return c * frac
 
     def sharing_summary(self) -> list:
         """One line per shared group and resource, for reports (empty without)."""

@@ -108,7 +108,7 @@ class _Flow:
         s_t = device[self.producer]
         self.bytes = nbytes
         self.seconds = cluster.latency[s_t, self.dst] + nbytes * cluster.inv_bandwidth[s_t, self.dst]
-        self.share = cluster.transfer_compute[s_t, self.dst]
+        self.share = cluster.transfer_share(s_t, self.dst, nbytes)
         self.total = n + (3 if wires else 2) * t_count
         sends, recvs = n + np.arange(t_count), n + t_count + np.arange(t_count)
         self.sends, self.recvs = sends, recvs

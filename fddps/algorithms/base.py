@@ -397,6 +397,8 @@ class PlacementState:
         # (Cluster.transfer_compute; CPU tasks over gRPC): see duration_row.
         self.charged = bool(cluster.transfer_compute.any())
         self.share = cluster.transfer_compute.tolist()
+        # A fitted per-transfer CPU cost makes the share depend on the bytes.
+        self.transfer_share = cluster.transfer_share if cluster.transfer_cpu is not None else None
         self.received = {}  # (producer, device) -> when its tensor is there
         # Shared link resources (network interfaces, PCIe uplinks): transfers
         # queue on them, one after another (see ready_time).
@@ -552,7 +554,9 @@ class PlacementState:
         after the transfers already queued on every resource of its path."""
         wire = self.latency[d][k] + nbytes * self.inv_bw[d][k]
         if self.charged:
-            wire *= 1.0 - self.share[d][k]
+            c = (self.share[d][k] if self.transfer_share is None
+                 else float(self.transfer_share(d, k, nbytes)))
+            wire *= 1.0 - c
         t0 = self.finish[p]
         if self.links:
             free = self.link_free
@@ -581,7 +585,8 @@ class PlacementState:
                 continue  # not placed yet (MP-DPS trying a unit): charged when it is
             for k in range(self.m):
                 if k != d and share[d][k] > 0 and (p, k) not in received:
-                    row[k] += share[d][k] * (lat[d][k] + b * inv[d][k])
+                    c = share[d][k] if self.transfer_share is None else float(self.transfer_share(d, k, b))
+                    row[k] += c * (lat[d][k] + b * inv[d][k])
         return row
 
     def ready_times(self, i: int, devices) -> list[float]:

@@ -1,0 +1,79 @@
+"""A per-transfer CPU cost fitted on concurrent transfers (Cluster.transfer_cpu)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fddps
+from fddps import Cluster, Device, OpGraph
+from fddps.cluster import SharedCores
+from fddps.errors import ClusterError, FddpsError
+from fddps.generators import training_graph
+from fddps.tf.comm_bench import fit_transfer_cpu
+
+LAT, BW = 1e-3, 1e9  # one transfer alone: T = 1 ms + bytes / 1 GB/s
+
+
+def cpu_pair(transfer_cpu=None):
+    devs = [Device(f"cpu{k}", "CPU") for k in range(2)]
+    return Cluster(devs, bandwidth=BW, latency=LAT, transfer_compute=1.0, transfer_cpu=transfer_cpu)
+
+
+def test_share_is_the_cpu_cost_over_the_transfer_time_capped_at_the_link_share():
+    c = cpu_pair((1e-4, 2e9))
+    small, big = 0.0, 1e8  # T = 1 ms and 101 ms; CPU per end 0.1 ms and 50.1 ms
+    assert c.transfer_share(0, 1, small) == pytest.approx(0.2)
+    assert c.transfer_share(0, 1, big) == pytest.approx(2 * 50.1e-3 / 101e-3)
+    assert c.transfer_share(0, 1, np.array([small, big])).shape == (2,)
+    assert cpu_pair((1e-3, 1e8)).transfer_share(0, 1, 1e6) == 1.0  # never more than T
+    assert cpu_pair().transfer_share(0, 1, 1e6) == 1.0               # without: transfer_compute
+    # Links that spend no device time stay so.
+    gpu = Cluster.homogeneous(2, bandwidth=BW, latency=LAT)
+    assert gpu.with_transfer_cpu(1e-4, 1e9).transfer_share(0, 1, 0.0) == 0.0
+    # Kept by with_sharing and make_cluster, dropped by with_transfer_cpu(None, None).
+    shared = c.with_sharing([SharedCores(("cpu0", "cpu1"), cores=2)])
+    assert shared.transfer_cpu is not None
+    assert shared.with_transfer_cpu(None, None).transfer_cpu is None
+
+
+@pytest.mark.parametrize("bad, match", [(1e-4, "must be a pair"), ((-1.0, 1e9), "cpu_latency >= 0"),
+                                        ((1e-4, 0.0), "cpu_bandwidth > 0")])
+def test_bad_transfer_cpu_is_named(bad, match):
+    with pytest.raises(ClusterError, match=match):
+        cpu_pair(bad)
+
+
+@pytest.mark.parametrize("k", [1, 4, 16])
+def test_concurrent_small_transfers_cost_their_cpu_not_their_latency(k):
+    """k tensors from cpu0 to cpu1 at once: (k - 1) CPU costs + one T, not k halves of T."""
+    names = [f"p{j}" for j in range(k)] + [f"c{j}" for j in range(k)]
+    g = OpGraph(names, cost=np.zeros(2 * k), edges=[(f"p{j}", f"c{j}", 0.0) for j in range(k)])
+    placement = {**{f"p{j}": "cpu0" for j in range(k)}, **{f"c{j}": "cpu1" for j in range(k)}}
+    before = fddps.simulate(g, cpu_pair(), placement).makespan
+    after = fddps.simulate(g, cpu_pair((1e-4, np.inf)), placement).makespan
+    assert before == pytest.approx((k + 1) * LAT / 2)
+    assert after == pytest.approx((k - 1) * 1e-4 + LAT)
+
+
+def test_schedules_with_a_transfer_cpu_cost_validate_and_are_no_slower():
+    g = training_graph(150, seed=3, mean_cost=1e-3, mean_bytes=2e5)
+    for algorithm in ("fddps", "heft", "etf"):
+        plain = fddps.schedule(g, cpu_pair(), algorithm=algorithm).validate()
+        fitted = fddps.schedule(g, cpu_pair((5e-5, 1e9)), algorithm=algorithm).validate()
+        # The same placement and order, timed with the cheaper transfers, is no slower.
+        again = fddps.Schedule.from_order(g, cpu_pair((5e-5, 1e9)), plain.device, plain.order)
+        assert again.makespan <= plain.makespan * (1 + 1e-9)
+        assert fitted.makespan > 0
+
+
+def test_fit_transfer_cpu_recovers_a_line_and_names_what_is_missing():
+    rows = [dict(src="a", dst="b", bytes=b, count=k, seconds=2e-3 + k * (8e-5 + b / 2e9))
+            for b in (64, 16384, 1 << 20) for k in (1, 8, 32) for _ in range(3)]
+    fit = fit_transfer_cpu(pd.DataFrame(rows))
+    assert fit.cpu_latency[0] == pytest.approx(8e-5) and fit.cpu_bandwidth[0] == pytest.approx(2e9)
+    flat = [dict(r, seconds=1e-3 + r["count"] * 1e-4) for r in rows]
+    assert fit_transfer_cpu(pd.DataFrame(flat)).cpu_bandwidth[0] == np.inf
+    with pytest.raises(FddpsError, match=r"64 bytes: measured at 1 count"):
+        fit_transfer_cpu(pd.DataFrame([r for r in rows if r["count"] == 1]))
+    with pytest.raises(FddpsError, match="counts="):
+        fit_transfer_cpu(pd.DataFrame(rows).drop(columns="count"))
