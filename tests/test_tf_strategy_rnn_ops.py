@@ -167,3 +167,61 @@ def test_coverage_reports_what_the_rnn_step_keeps_whole():
     assert share["flops"] == 0 and share["bytes"] < 0.01 and 0 < share["ops"] < 0.5
     assert table.loc["Const", "whole_bytes"] > 0 and table.whole_bytes.sum() == pytest.approx(
         share["bytes"] * table.output_bytes.sum())
+
+
+#: The op types described for the RNN models (this file's cases).
+RNN_OP_TYPES = ("Split", "SplitV", "Pack", "Unpack", "Tile", "Transpose", "ExpandDims",
+                "StridedSlice", "StridedSliceGrad", "Reshape", "Softmax", "LogSoftmax",
+                "SparseSoftmaxCrossEntropyWithLogits", "GatherV2", "UnsortedSegmentSum", "Slice")
+
+
+def _rnn_ops_split(step, devices):
+    """Every op of :data:`RNN_OP_TYPES` split in two along its last dimension that has two
+    rows (columns before samples), everything else whole (data parallelism's homes)."""
+    from fddps.strategy.strategy import _split_where
+
+    def choose(op, dims):
+        if op.op_type not in RNN_OP_TYPES:
+            return {}
+        d = next((d for d in reversed(dims.dims) if dims.extent[d] >= 2), None)
+        return {} if d is None else {d: 2}
+
+    return _split_where(step, devices, choose, "rnn ops split")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["rnn_lm", "nmt"])
+def test_rnn_step_with_its_ops_split_matches_unsplit(name):
+    """A training step of rnn_lm (2 layers) and nmt (1 + 1 layers with attention), 3 steps,
+    with the RNN op types split on two CPU devices, and under data parallelism: loss and
+    variables after a step as unsplit."""
+    from test_tf_strategy import _train
+
+    from fddps.strategy import data_parallel
+    from slim_models.training import build_training_graph
+
+    model = build_training_graph(name, 4, num_layers=2 if name == "rnn_lm" else 1,
+                                 hidden_size=8, vocab_size=12, seq_length=3)
+    fetches = [model.train_op.name, model.loss.name]
+    step = step_graph(model.graph_def, fetches)
+    ref_loss, ref_vars = _train(model.graph_def, model)
+    devices = CPUS[:2]
+    for make in (_rnn_ops_split, data_parallel):
+        strategy = make(step, devices)
+        split = {step.ops[n].op_type for n, c in strategy.configs.items() if c.num_parts > 1}
+        if make is _rnn_ops_split:
+            # (UnsortedSegmentSum, the embedding's gradient, is colocated with the
+            # embedding variable: whole with it)
+            assert {"Split", "Pack", "Unpack", "Slice", "Reshape", "ExpandDims",
+                    "SparseSoftmaxCrossEntropyWithLogits"} <= split, split
+            if name == "nmt":  # the attention's
+                assert {"Softmax", "Tile", "StridedSlice"} <= split, split
+        else:
+            assert {"Split", "Slice", "MatMul", "Pack", "Unpack"} <= split, split
+        gd = rewrite_strategy(model.graph_def, strategy, fetches, devices)
+        loss, got = _train(gd, model)
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, err_msg=strategy.name)
+        for v, want, have in zip(model.trainable_variables, ref_vars, got):
+            np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-7,
+                                       err_msg=f"{strategy.name}: {v.name}")
+        assert {n.device for n in gd.node if "/fddps_part_" in n.name} == set(devices)
