@@ -9,7 +9,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from test_tf_strategy import CPUS, _outputs, _rand  # noqa: E402
+from test_tf_strategy import CPUS, _rand, _split_each_dimension  # noqa: E402
 
 from costmodel import default_cost_model  # noqa: E402
 from fddps.strategy import OpConfig, Strategy, expand, resolve  # noqa: E402
@@ -75,29 +75,6 @@ def _ops():
     }
 
 
-def _split_each_dimension(gd):
-    """Split op X along each of its dimensions (3 parts where it can: uneven ones) and
-    compare every output with the whole op's."""
-    step = step_graph(gd, fetches=["X"])
-    op = step.ops["X"]
-    dims = resolve(op)
-    outs = [f"X:{k}" for k in range(len(op.output_shapes))]
-    expected = _outputs(gd, outs)
-    tried = []
-    for d in dims.dims:
-        factor = min(3, dims.extent[d])
-        if factor < 2:
-            continue
-        strategy = Strategy({"X": OpConfig({d: factor}, CPUS[:factor])}, CPUS[0])
-        out = rewrite_strategy(gd, strategy, ["X"], CPUS)
-        parts = [n for n in out.node if n.name.startswith("X/fddps_part_")]
-        assert {n.device for n in parts} == set(CPUS[:factor]), d
-        for want, got in zip(expected, _outputs(out, outs)):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"split on {d}")
-        tried.append(d)
-    return dims, tried
-
-
 #: The dimensions each case must declare (and the test splits), besides its whole axes.
 DECLARED = {"Split": "n", "Split_rank3": "nc", "SplitV": "n", "Pack": "nc", "Unpack": "nc",
             "Tile": "nc", "Transpose": "nwc", "ExpandDims": "nc", "StridedSlice": "nc",
@@ -113,7 +90,10 @@ def test_rnn_op_splits_along_each_dimension(case):
     with g.as_default():
         _ops()[case]()
     gd = g.as_graph_def()
-    dims, tried = _split_each_dimension(gd)
+    op = step_graph(gd, fetches=["X"]).ops["X"]
+    dims = resolve(op)
+    tried = _split_each_dimension(gd, dims, [f"X:{k}" for k in range(len(op.output_shapes))],
+                                  case, atol=1e-6)
     assert set(dims.dims) == set(DECLARED[case]) == set(tried), dims
     if case == "UnsortedSegmentSum":
         assert dims.reduction == {"k"}  # parts scatter into every segment: partial sums
