@@ -172,10 +172,11 @@ def _plot(df, png):
     plt = matplotlib_agg()
     models = list(dict.fromkeys(df["model"]))
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(models) + 2), 3.4))
-    width = 0.8 / len(ORDER)
-    for j, how in enumerate(ORDER):
+    ran = [how for how in ORDER if how in set(df["strategy"])]  # --algorithms may leave some out
+    width = 0.8 / len(ran)
+    for j, how in enumerate(ran):
         sub = df[df["strategy"] == how].set_index("model").reindex(models)
-        x = np.arange(len(models)) + (j - len(ORDER) / 2 + 0.5) * width
+        x = np.arange(len(models)) + (j - len(ran) / 2 + 0.5) * width
         y = sub["step_seconds"].to_numpy(dtype=float)
         ax.bar(x, np.nan_to_num(y), width, label=how)
         for xi, yi in zip(x, y):
