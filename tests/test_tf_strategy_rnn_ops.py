@@ -205,3 +205,15 @@ def test_rnn_step_with_its_ops_split_matches_unsplit(name):
             np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-7,
                                        err_msg=f"{strategy.name}: {v.name}")
         assert {n.device for n in gd.node if "/fddps_part_" in n.name} == set(devices)
+
+
+def test_coverage_experiment_reports_shares_kept_whole():
+    from experiments.strategies import coverage_table
+
+    shares = []
+    table = coverage_table(["vgg16"], batch=1, shares=shares)
+    (row,) = shares
+    assert row["model"] == "vgg16" and row["ops"] == table.ops.sum()
+    assert row["kept_whole"] == table.kept_whole.sum() > 0
+    assert row["whole_flops"] == 0 and 0 < row["whole_ops"] < 0.5 and row["whole_bytes"] < 0.01
+    assert "Const" in set(table.op_type) and "vgg16" in table.columns
