@@ -1,8 +1,9 @@
-"""The RNN models' op types in the strategy space: Split/SplitV, Pack/Unpack, StridedSlice(Grad),
-Tile, Transpose, ExpandDims, Reshape keeping leading or trailing axes, softmax, the sparse
-softmax cross-entropy, embedding gathers and their gradient (UnsortedSegmentSum), and the
-ConcatV2 gradient's Slice at a ConcatOffset begin: each split along every dimension it
-declares in a real TF graph, against the whole op."""
+"""The RNN models' op types in the strategy space: Split/SplitV, Pack/Unpack,
+StridedSlice(Grad), Tile, Transpose, ExpandDims, Reshape keeping leading or trailing axes,
+softmax, the sparse softmax cross-entropy, embedding gathers and their gradient
+(UnsortedSegmentSum), BatchMatMulV2, and the ConcatV2 gradient's Slice at a ConcatOffset
+begin: each split along every dimension it declares in a real TF graph, against the whole
+op; the expansion's bytes; rnn_lm and nmt steps with these ops split."""
 
 import numpy as np
 import pytest
@@ -72,6 +73,11 @@ def _ops():
             data=_rand([7, 4], 1), segment_ids=_ids([7], 3, 2), num_segments=tf.constant(3),
             name="X"),
         "Slice_concat_offset": _concat_grad_slice,
+        "BatchMatMulV2": lambda: raw.BatchMatMulV2(x=_rand([3, 5, 4], 1), y=_rand([3, 4, 6], 2),
+                                                   name="X"),
+        "BatchMatMulV2_adj": lambda: raw.BatchMatMulV2(x=_rand([2, 3, 4, 5], 1),
+                                                       y=_rand([2, 3, 6, 4], 2), adj_x=True,
+                                                       adj_y=True, name="X"),
     }
 
 
@@ -81,7 +87,8 @@ DECLARED = {"Split": "n", "Split_rank3": "nc", "SplitV": "n", "Pack": "nc", "Unp
             "StridedSlice_ends": "nc", "StridedSliceGrad": "nc", "Reshape_merge": "c",
             "Reshape_unmerge": "c", "Reshape_squeeze": "nc", "Softmax": "nw", "LogSoftmax": "n",
             "SparseSoftmaxCrossEntropyWithLogits": "n", "GatherV2": "npc",
-            "UnsortedSegmentSum": "kc", "Slice_concat_offset": "n"}
+            "UnsortedSegmentSum": "kc", "Slice_concat_offset": "n", "BatchMatMulV2": "nmkc",
+            "BatchMatMulV2_adj": "npmkc"}
 
 
 @pytest.mark.parametrize("case", sorted(_ops()))
@@ -95,8 +102,8 @@ def test_rnn_op_splits_along_each_dimension(case):
     tried = _split_each_dimension(gd, dims, [f"X:{k}" for k in range(len(op.output_shapes))],
                                   case, atol=1e-6)
     assert set(dims.dims) == set(DECLARED[case]) == set(tried), dims
-    if case == "UnsortedSegmentSum":
-        assert dims.reduction == {"k"}  # parts scatter into every segment: partial sums
+    if case in ("UnsortedSegmentSum", "BatchMatMulV2"):
+        assert dims.reduction == {"k"}  # partial sums
 
 
 def test_expansion_moves_only_the_parts_boxes():

@@ -519,6 +519,21 @@ def _gather_specs(op: OpInfo):
     return ("." + columns, index, "-"), (index + columns,)
 
 
+def _batch_matmul_specs(op: OpInfo):
+    """BatchMatMulV2 of operands of one rank (no broadcasting): the batch axes (``n``,
+    ``p``, ``q``), the rows ``m`` and columns ``c`` are parallel, the inner ``k`` a
+    reduction; ``adj_x``/``adj_y`` swap an operand's last two axes."""
+    x, y = op.input_shapes[0], op.input_shapes[1]
+    if len(x) != len(y) or len(x) < 2 or x[:-2] != y[:-2]:
+        raise NotDescribed("operands of different ranks or batch shapes (broadcasting)")
+    if len(x) > 5:
+        raise NotDescribed("more than three batch axes")
+    batch = "npq"[:len(x) - 2]
+    a = batch + ("km" if op.attrs.get("adj_x", False) else "mk")
+    b = batch + ("ck" if op.attrs.get("adj_y", False) else "kc")
+    return (a, b), (batch + "mc",)
+
+
 def _segment_sum_specs(op: OpInfo):
     """UnsortedSegmentSum (an embedding's gradient): the ids' axes are reductions (each part
     scatters its rows into every segment: partial sums); the data's other axes parallel;
@@ -607,6 +622,8 @@ for _d in (
                   note="the class axis stays whole (softmax over it)"),
     OpDescription("GatherV2", specs=_gather_specs,
                   note="axis 0: the indices' axes and the table's columns"),
+    OpDescription("BatchMatMulV2", specs=_batch_matmul_specs,
+                  note="batch axes, rows m and columns c; the inner k is a reduction"),
     OpDescription("UnsortedSegmentSum", specs=_segment_sum_specs,
                   note="the ids' axes are reductions, the data's columns parallel"),
     OpDescription("ResourceApplyMomentum", ("-", "-", "", "*", ""), (),
