@@ -61,8 +61,8 @@ def _ops():
                                              name="X"),
         "Reshape_unmerge": lambda: raw.Reshape(tensor=_rand([15, 4], 1),
                                                shape=tf.constant([5, 3, 4]), name="X"),
-        "Reshape_squeeze": lambda: raw.Reshape(tensor=_rand([5, 1, 4], 1), shape=tf.constant([5, 4]),
-                                               name="X"),
+        "Reshape_squeeze": lambda: raw.Reshape(tensor=_rand([5, 1, 4], 1),
+                                               shape=tf.constant([5, 4]), name="X"),
         "Softmax": lambda: raw.Softmax(logits=_rand([5, 3, 7], 1), name="X"),
         "LogSoftmax": lambda: raw.LogSoftmax(logits=_rand([5, 7], 1), name="X"),
         "SparseSoftmaxCrossEntropyWithLogits": lambda: raw.SparseSoftmaxCrossEntropyWithLogits(
