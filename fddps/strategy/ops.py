@@ -41,10 +41,14 @@ Dimensions in :attr:`OpDescription.stats` need
 statistics across parts (batch norm in training: its mean and variance are
 over ``n``, ``h``, ``w``); splitting them costs a reduction of the statistics.
 
-Op types whose semantics depend on constant inputs (``Mean``/``Sum`` axes,
-``ConcatV2``'s axis, ``Slice``'s begin and size, ``Pad``'s paddings,
-``Reshape``'s shape) have an entry whose specs come from a function of those
-constants. Everything else is kept whole (:func:`resolve` says why).
+Op types whose semantics depend on constant inputs or attributes (``Mean``/``Sum``
+axes, ``ConcatV2``'s axis, ``Slice``'s begin and size, ``Pad``'s paddings,
+``Reshape``'s shape; for the RNN models: ``Split``/``SplitV``'s and ``Pack``/``Unpack``'s
+axis, ``Tile``'s multiples, ``Transpose``'s permutation, ``ExpandDims``'s axis,
+``StridedSlice``'s begin, end, strides and masks, ``GatherV2``'s axis) have an entry
+whose specs come from a function of those constants, and so do the rank-generic ones
+(``Softmax``, ``UnsortedSegmentSum``, ``BatchMatMulV2``). Everything else is kept whole
+(:func:`resolve` says why; :func:`coverage` counts it).
 
 Example
 -------
