@@ -19,6 +19,7 @@ Run::
     python -m experiments.strategies                       # six networks, batch 32
     python -m experiments.strategies --models vgg16 --devices 2 --batch 8
     python -m experiments.strategies --coverage            # op types described / kept whole
+    python -m experiments.strategies --coverage --models rnn_lm,nmt --coverage-out rnn
 """
 
 from __future__ import annotations
@@ -105,23 +106,56 @@ def run(models, batch, device_counts, algorithms=("fddps",), dataset="cifar10"):
     return pd.DataFrame(rows)
 
 
-def coverage_table(models, batch=2, dataset="cifar10") -> pd.DataFrame:
+#: Sizes the coverage report builds the RNNs at (their byte shares depend on size):
+#: model -> (batch, options). Tofu's RNN-6-4K (batch 128, as ``experiments.tofu``) and
+#: FlexFlow's NMT (its defaults, batch 64).
+COVERAGE_SIZES = {"rnn_lm": (128, dict(num_layers=6, hidden_size=4096, vocab_size=10000,
+                                       seq_length=20)),
+                  "nmt": (64, {})}
+
+
+def _coverage_step(model, batch, dataset):
+    import slim_models
+    from fddps.tf.strategy_graph import step_graph
+
+    if model in COVERAGE_SIZES:  # word ids, no image dataset
+        batch, options = COVERAGE_SIZES[model]
+        m = slim_models.build_training_graph(model, batch, **options)
+    else:
+        m = slim_models.build_training_graph(model, batch, dataset=dataset)
+    return step_graph(m.graph_def, [m.train_op.name, m.loss.name])
+
+
+def coverage_table(models, batch=2, dataset="cifar10", shares=None) -> pd.DataFrame:
     """Op types of each network's training step: ops described (splittable) / kept whole.
 
     One row per op type: ``described`` and ``kept_whole`` summed over the
     models, a ``<model>`` column of ``described/total`` per model, and the
-    most common reason an op of the type is kept whole.
+    most common reason an op of the type is kept whole. CNNs are built at
+    ``batch`` (CIFAR size), the RNNs at :data:`COVERAGE_SIZES`.
+
+    ``shares``: a list that receives one dict per model, the share of its step
+    kept whole by ops, FLOPs and output bytes
+    (:func:`fddps.strategy.ops.kept_whole_share`) and the op types kept whole
+    that hold the most output bytes.
     """
-    import slim_models
-    from fddps.strategy import coverage
-    from fddps.tf.strategy_graph import step_graph
+    from fddps.strategy.ops import coverage, kept_whole_share
 
     per_model = {}
     for model in models:
-        m = slim_models.build_training_graph(model, batch, dataset=dataset)
-        per_model[model] = coverage(step_graph(m.graph_def, [m.train_op.name, m.loss.name]))
+        per_model[model] = table = coverage(_coverage_step(model, batch, dataset))
+        if shares is not None:
+            whole = table[table.kept_whole > 0].sort_values("whole_bytes", ascending=False)
+            top = ", ".join(f"{t} {b / table.output_bytes.sum():.1%}"
+                            for t, b in zip(whole.op_type[:5], whole.whole_bytes[:5]) if b > 0)
+            share = kept_whole_share(table)
+            shares.append(dict(model=model, ops=int(table.ops.sum()),
+                               kept_whole=int(table.kept_whole.sum()),
+                               **{f"whole_{k}": round(v, 4) for k, v in share.items()},
+                               largest_whole=top))
     total = pd.concat(per_model.values()).groupby("op_type").agg(
         ops=("ops", "sum"), described=("described", "sum"), kept_whole=("kept_whole", "sum"),
+        whole_flops=("whole_flops", "sum"), whole_bytes=("whole_bytes", "sum"),
         reason=("reason", lambda r: max(r, key=len)))
     for model, table in per_model.items():
         t = table.set_index("op_type")
@@ -139,12 +173,20 @@ def main(argv=None):
     p.add_argument("--out", default=str(RESULTS / "strategies.csv"))
     p.add_argument("--coverage", action="store_true",
                    help="print the op-type coverage table (described / kept whole) and stop")
+    p.add_argument("--coverage-out", default=None,
+                   help="suffix of the coverage CSVs (strategy_coverage_SUFFIX.csv)")
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     if args.coverage:
-        table = coverage_table(models)
-        print(table.to_string(index=False))
-        table.to_csv(ensure_parent(RESULTS / "strategy_coverage.csv"), index=False)
+        shares = []
+        table = coverage_table(models, shares=shares)
+        print(table.drop(columns=["whole_flops", "whole_bytes"]).to_string(index=False))
+        print("\nShare of each step kept whole (ops, FLOPs, output bytes; CNNs at batch 2, "
+              "CIFAR size; rnn_lm: RNN-6-4K at batch 128; nmt: FlexFlow's NMT at batch 64):")
+        print(pd.DataFrame(shares).to_string(index=False))
+        name = "strategy_coverage" + ("" if args.coverage_out is None else f"_{args.coverage_out}")
+        table.to_csv(ensure_parent(RESULTS / f"{name}.csv"), index=False)
+        pd.DataFrame(shares).to_csv(RESULTS / f"{name}_shares.csv", index=False)
         return table
     counts = [int(k) for k in args.devices.split(",")]
     algorithms = [a for a in args.algorithms.split(",") if a]

@@ -32,6 +32,7 @@ Run::
     python -m experiments.tofu --quick                  # small models, 4 GPUs: a smoke test
     python -m experiments.tofu                          # Tofu's models (slow to build)
     python -m experiments.tofu --models wrn152-4,rnn6-4096 --budget 1800
+    python -m experiments.tofu --flexflow               # FlexFlow's RNNLM and NMT, 4 P100s
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ QUICK_MODELS = {
     "wrn50-0.25": ("wide_resnet", dict(depth=50, width=0.25, image_size=32, num_classes=10), 4),
     "rnn2-256": ("rnn_lm", dict(num_layers=2, hidden_size=256, vocab_size=1000, seq_length=5), 8),
 }
+#: --flexflow: FlexFlow's RNNLM and NMT (MLSys 2019, Section 8) at their defaults
+#: (`slim_models.rnn.FLEXFLOW_RNNLM`, `FLEXFLOW_NMT`), batch 64, on 4 simulated P100s.
+FLEXFLOW_MODELS = {"rnnlm": ("rnn_lm", {}, 64), "nmt": ("nmt", {}, 64)}
 ORDER = ("single", "data_parallel", "fddps", "etf", "tofu")
 
 
@@ -168,10 +172,11 @@ def _plot(df, png):
     plt = matplotlib_agg()
     models = list(dict.fromkeys(df["model"]))
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(models) + 2), 3.4))
-    width = 0.8 / len(ORDER)
-    for j, how in enumerate(ORDER):
+    ran = [how for how in ORDER if how in set(df["strategy"])]  # --algorithms may leave some out
+    width = 0.8 / len(ran)
+    for j, how in enumerate(ran):
         sub = df[df["strategy"] == how].set_index("model").reindex(models)
-        x = np.arange(len(models)) + (j - len(ORDER) / 2 + 0.5) * width
+        x = np.arange(len(models)) + (j - len(ran) / 2 + 0.5) * width
         y = sub["step_seconds"].to_numpy(dtype=float)
         ax.bar(x, np.nan_to_num(y), width, label=how)
         for xi, yi in zip(x, y):
@@ -180,7 +185,8 @@ def _plot(df, png):
     ax.set_xticks(np.arange(len(models)))
     ax.set_xticklabels(models, fontsize=7, rotation=30)
     ax.set_ylabel("predicted step (s)")
-    ax.set_title(f"{df['devices'].iloc[0]} simulated K80s ({df['capacity_gb'].iloc[0]:.3g} GB "
+    gpu = df["gpu"].iloc[0].upper() if "gpu" in df else "K80"
+    ax.set_title(f"{df['devices'].iloc[0]} simulated {gpu}s ({df['capacity_gb'].iloc[0]:.3g} GB "
                  "each); OOM: a device over capacity", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -197,6 +203,8 @@ def main(argv=None):
     p.add_argument("--algorithms", default=",".join(ORDER))
     p.add_argument("--budget", type=float, default=math.inf,
                    help="seconds: start no new model after this long")
+    p.add_argument("--flexflow", action="store_true",
+                   help="FlexFlow's RNNLM and NMT (batch 64) on 4 simulated P100s of 16 GB")
     p.add_argument("--writable", action="store_true",
                    help="tofu: only plans the TensorFlow rewrite writes (variables whole)")
     p.add_argument("--out", default=None)
@@ -205,24 +213,30 @@ def main(argv=None):
     from experiments.common import tf_quiet
 
     tf_quiet()
-    k80 = k80_preset()
-    cm = default_cost_model(k80)
-    table = QUICK_MODELS if args.quick else tofu_models()
+    if args.flexflow:
+        from costmodel import presets
+
+        gpu = presets["p100"]  # FlexFlow's GPUs
+    else:
+        gpu = k80_preset()
+    cm = default_cost_model(gpu)
+    table = QUICK_MODELS if args.quick else FLEXFLOW_MODELS if args.flexflow else tofu_models()
     chosen = [m for m in args.models.split(",") if m] or list(table)
     unknown = [m for m in chosen if m not in table]
     if unknown:
         raise SystemExit(f"unknown model {unknown[0]!r}; known: {', '.join(table)}")
-    devices = args.devices or (4 if args.quick else 8)
+    devices = args.devices or (4 if args.quick or args.flexflow else 8)
     algorithms = [a for a in args.algorithms.split(",") if a]
-    out = args.out or str(RESULTS / ("tofu_quick.csv" if args.quick else "tofu.csv"))
-    print(f"K80 preset: {k80.source}")
+    out = args.out or str(RESULTS / ("tofu_quick.csv" if args.quick else "tofu_flexflow.csv"
+                                     if args.flexflow else "tofu.csv"))
+    print(f"{gpu.name} preset: {gpu.source}")
     rows, t0 = [], time.perf_counter()
     for label in chosen:
         if time.perf_counter() - t0 > args.budget:
             print(f"{label}: not run (budget of {args.budget:.0f} s spent)")
             continue
         model, options, batch = table[label]
-        capacity = k80.memory
+        capacity = gpu.memory
         if args.quick:  # below one device's peak, so single does not fit
             from fddps.strategy import Strategy, simulate_strategy
             from fddps.tf import make_cluster
@@ -241,7 +255,7 @@ def main(argv=None):
         rows.extend(run_model(label, model, options, batch, devices, cm, capacity, algorithms,
                               args.writable))
         pd.DataFrame(rows).to_csv(ensure_parent(out).with_suffix(".partial.csv"), index=False)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows).assign(gpu=gpu.name)
     show = df[["model", "strategy", "status", "step_seconds", "peak_max", "search_seconds"]].assign(
         step_ms=(df.step_seconds * 1e3).round(1), peak_gb=(df.peak_max / GB).round(2),
         search_s=df.search_seconds.round(1)).drop(columns=["step_seconds", "peak_max",

@@ -41,10 +41,14 @@ Dimensions in :attr:`OpDescription.stats` need
 statistics across parts (batch norm in training: its mean and variance are
 over ``n``, ``h``, ``w``); splitting them costs a reduction of the statistics.
 
-Op types whose semantics depend on constant inputs (``Mean``/``Sum`` axes,
-``ConcatV2``'s axis, ``Slice``'s begin and size, ``Pad``'s paddings,
-``Reshape``'s shape) have an entry whose specs come from a function of those
-constants. Everything else is kept whole (:func:`resolve` says why).
+Op types whose semantics depend on constant inputs or attributes (``Mean``/``Sum``
+axes, ``ConcatV2``'s axis, ``Slice``'s begin and size, ``Pad``'s paddings,
+``Reshape``'s shape; for the RNN models: ``Split``/``SplitV``'s and ``Pack``/``Unpack``'s
+axis, ``Tile``'s multiples, ``Transpose``'s permutation, ``ExpandDims``'s axis,
+``StridedSlice``'s begin, end, strides and masks, ``GatherV2``'s axis) have an entry
+whose specs come from a function of those constants, and so do the rank-generic ones
+(``Softmax``, ``UnsortedSegmentSum``, ``BatchMatMulV2``). Everything else is kept whole
+(:func:`resolve` says why; :func:`coverage` counts it).
 
 Example
 -------
@@ -364,10 +368,186 @@ def _pad_specs(op: OpInfo):
 
 
 def _reshape_specs(op: OpInfo):
+    """Leading axes equal in both shapes (``n``, ``p``, ``q``...) and trailing ones (``c``,
+    ``d``...) are parallel: row-major order keeps them; the axes between are merged or
+    split and stay whole."""
     src, dst = op.input_shapes[0], op.output_shapes[0]
-    if not src or not dst or src[0] != dst[0]:
-        raise NotDescribed("it does not keep the first (sample) axis")
-    return ("n" + "." * (len(src) - 1), "=0"), ("n" + "." * (len(dst) - 1),)
+    if not src or not dst:
+        raise NotDescribed("a scalar input or output")
+    prefix = 0
+    while prefix < min(len(src), len(dst)) and src[prefix] == dst[prefix]:
+        prefix += 1
+    suffix = 0
+    while (suffix < min(len(src), len(dst)) - prefix
+           and src[len(src) - 1 - suffix] == dst[len(dst) - 1 - suffix]):
+        suffix += 1
+    if prefix + suffix == 0:
+        raise NotDescribed("it keeps neither its first nor its last axis")
+    if prefix > 5 or suffix > 5:
+        raise NotDescribed("more than five axes kept on one side")
+    lead, tail = "npqrs"[:prefix], "cdefg"[:suffix][::-1]
+
+    def spec(rank):
+        return lead + "." * (rank - prefix - suffix) + tail
+
+    return (spec(len(src)), "=0"), (spec(len(dst)),)
+
+
+def _letters(rank: int, what: str = "input") -> str:
+    letters = GENERIC_AXES.get(rank)
+    if letters is None:
+        raise NotDescribed(f"rank {rank} {what}")
+    return letters
+
+
+def _but(letters: str, axes) -> str:
+    """``letters`` with the axes in ``axes`` kept whole (``.``)."""
+    return "".join("." if a in axes else x for a, x in enumerate(letters))
+
+
+def _axis_attr(op: OpInfo, rank: int) -> int:
+    axis = op.attrs.get("axis", 0)
+    if not -rank <= axis < rank:
+        raise NotDescribed(f"axis {axis} of a rank-{rank} tensor")
+    return axis % rank
+
+
+def _split_specs(op: OpInfo):
+    """Split (axis, value) and SplitV (value, size_splits, axis): every axis but the split one."""
+    value = 1 if op.op_type == "Split" else 0
+    rank = len(op.input_shapes[value])
+    axis_input = 0 if op.op_type == "Split" else 2
+    axis = _const(op, axis_input, "axis")[0] % rank if rank else 0
+    spec = _but(_letters(rank), {axis})
+    inputs = ("-", spec) if op.op_type == "Split" else (spec, "-", "-")
+    return inputs, (spec,) * len(op.output_shapes)
+
+
+def _pack_specs(op: OpInfo):
+    """Pack: every axis of the inputs; the new (stacking) axis stays whole."""
+    rank = len(op.output_shapes[0])
+    axis = _axis_attr(op, rank)
+    out = _but(_letters(rank, "output"), {axis})
+    return (out[:axis] + out[axis + 1:],) * len(op.input_shapes), (out,)
+
+
+def _unpack_specs(op: OpInfo):
+    """Unpack: every axis of the outputs; the unstacked axis stays whole."""
+    rank = len(op.input_shapes[0])
+    axis = _axis_attr(op, rank)
+    spec = _but(_letters(rank), {axis})
+    return (spec,), (spec[:axis] + spec[axis + 1:],) * len(op.output_shapes)
+
+
+def _tile_specs(op: OpInfo):
+    """Tile: the axes it does not repeat (multiple 1)."""
+    rank = len(op.input_shapes[0])
+    multiples = _const(op, 1, "multiples")
+    spec = _but(_letters(rank), {a for a, m in enumerate(multiples) if m != 1})
+    return (spec, "-"), (spec,)
+
+
+def _transpose_specs(op: OpInfo):
+    """Transpose: output axis j is input axis perm[j]."""
+    rank = len(op.input_shapes[0])
+    perm = _const(op, 1, "perm")
+    letters = _letters(rank)
+    return (letters, "-"), ("".join(letters[p % rank] for p in perm),)
+
+
+def _expand_dims_specs(op: OpInfo):
+    """ExpandDims: the input's axes; the new axis (extent 1) stays whole."""
+    rank = len(op.output_shapes[0])
+    axis = _const(op, 1, "axis")[0] % rank
+    out = _but(_letters(rank, "output"), {axis})
+    return (out[:axis] + out[axis + 1:], "-"), (out,)
+
+
+def _strided_slice_axes(op: OpInfo, shape, begin, end, strides):
+    """Axes of a ``StridedSlice`` taken whole (stride 1, from 0 to the end) and the axes it
+    shrinks away; masks are bit fields over the begin/end/strides entries."""
+    attrs = op.attrs
+    if attrs.get("ellipsis_mask", 0) or attrs.get("new_axis_mask", 0):
+        raise NotDescribed("an ellipsis or a new axis in its slice")
+    whole, shrink = set(), set()
+    for a, size in enumerate(shape):
+        if a >= len(begin):
+            whole.add(a)
+            continue
+        if attrs.get("shrink_axis_mask", 0) >> a & 1:
+            shrink.add(a)
+            continue
+        starts = attrs.get("begin_mask", 0) >> a & 1 or begin[a] in (0, -size)
+        ends = attrs.get("end_mask", 0) >> a & 1 or end[a] >= size
+        if strides[a] == 1 and starts and ends:
+            whole.add(a)
+    return whole, shrink
+
+
+def _strided_slice_specs(op: OpInfo):
+    """StridedSlice: axes taken whole with stride 1 are parallel; sliced axes stay whole,
+    shrunk ones leave the output. StridedSliceGrad: the same axes of its output (the
+    sliced tensor's shape, a constant), its ``dy`` is the slice's output."""
+    grad = op.op_type == "StridedSliceGrad"
+    shape = _const(op, 0, "shape") if grad else op.input_shapes[0]
+    begin, end, strides = (_const(op, 1 + k, what)  # inputs 1-3 in both ops
+                           for k, what in enumerate(("begin", "end", "strides")))
+    whole, shrink = _strided_slice_axes(op, shape, begin, end, strides)
+    full = _but(_letters(len(shape)), set(range(len(shape))) - whole)
+    sliced = "".join(x for a, x in enumerate(full) if a not in shrink)
+    if grad:
+        return ("=0", "-", "-", "-", sliced), (full,)
+    return (full, "-", "-", "-"), (sliced,)
+
+
+def _softmax_specs(op: OpInfo):
+    """Softmax, LogSoftmax: every axis but the last (the softmax runs along it)."""
+    rank = len(op.input_shapes[0])
+    spec = _but(_letters(rank), {rank - 1})
+    return (spec,), (spec,)
+
+
+def _gather_specs(op: OpInfo):
+    """GatherV2 along axis 0 (an embedding lookup in a table that is a tensor): the
+    indices' axes (``n``, ``p``...) and the table's other axes (the embedding columns:
+    ``c``, ``d``...) are parallel; the gathered axis stays whole."""
+    if op.attrs.get("batch_dims", 0):
+        raise NotDescribed("batch_dims is not 0")
+    if _const(op, 2, "axis")[0] != 0:
+        raise NotDescribed("it gathers along an axis other than 0")
+    index_rank = len(op.input_shapes[1])
+    rest = len(op.output_shapes[0]) - index_rank
+    if index_rank > 5 or not 0 <= rest <= 5:
+        raise NotDescribed("more than five index or column axes")
+    index, columns = "npqrs"[:index_rank], "cdefg"[:rest]
+    return ("." + columns, index, "-"), (index + columns,)
+
+
+def _batch_matmul_specs(op: OpInfo):
+    """BatchMatMulV2 of operands of one rank (no broadcasting): the batch axes (``n``,
+    ``p``, ``q``), the rows ``m`` and columns ``c`` are parallel, the inner ``k`` a
+    reduction; ``adj_x``/``adj_y`` swap an operand's last two axes."""
+    x, y = op.input_shapes[0], op.input_shapes[1]
+    if len(x) != len(y) or len(x) < 2 or x[:-2] != y[:-2]:
+        raise NotDescribed("operands of different ranks or batch shapes (broadcasting)")
+    if len(x) > 5:
+        raise NotDescribed("more than three batch axes")
+    batch = "npq"[:len(x) - 2]
+    a = batch + ("km" if op.attrs.get("adj_x", False) else "mk")
+    b = batch + ("ck" if op.attrs.get("adj_y", False) else "kc")
+    return (a, b), (batch + "mc",)
+
+
+def _segment_sum_specs(op: OpInfo):
+    """UnsortedSegmentSum (an embedding's gradient): the ids' axes are reductions (each part
+    scatters its rows into every segment: partial sums); the data's other axes parallel;
+    the segment axis stays whole."""
+    ids_rank = len(op.input_shapes[1])
+    rest = len(op.input_shapes[0]) - ids_rank
+    if ids_rank > 3 or rest > 5 or rest < 0:
+        raise NotDescribed("more than three id axes or five data axes")
+    ids, columns = "klm"[:ids_rank], "cdefg"[:rest]
+    return (ids + columns, ids, "-"), ("." + columns,)
 
 
 _NHWC = (("data_format", "NHWC"),)
@@ -426,7 +606,30 @@ for _d in (
     OpDescription("ConcatV2", specs=_concat_specs, note="every axis but the concatenation axis"),
     OpDescription("Slice", specs=_slice_specs, note="axes taken whole (constant begin 0, full size)"),
     OpDescription("Pad", specs=_pad_specs, note="axes without padding (constant paddings)"),
-    OpDescription("Reshape", specs=_reshape_specs, note="when it keeps the sample axis"),
+    OpDescription("Reshape", specs=_reshape_specs,
+                  note="the leading and trailing axes it keeps (sample, channels)"),
+    OpDescription("Split", specs=_split_specs, note="every axis but the split axis"),
+    OpDescription("SplitV", specs=_split_specs, note="every axis but the split axis"),
+    OpDescription("Pack", specs=_pack_specs, note="every axis but the new (stacking) one"),
+    OpDescription("Unpack", specs=_unpack_specs, note="every axis but the unstacked one"),
+    OpDescription("Tile", specs=_tile_specs, note="the axes it does not repeat (multiple 1)"),
+    OpDescription("Transpose", specs=_transpose_specs, note="every axis, permuted (constant perm)"),
+    OpDescription("ExpandDims", specs=_expand_dims_specs, note="every axis but the new one"),
+    OpDescription("StridedSlice", specs=_strided_slice_specs,
+                  note="axes taken whole with stride 1 (constant begin, end, strides); no "
+                       "ellipsis or new axis"),
+    OpDescription("StridedSliceGrad", specs=_strided_slice_specs,
+                  note="the same axes as its StridedSlice"),
+    OpDescription("Softmax", specs=_softmax_specs, note="every axis but the last"),
+    OpDescription("LogSoftmax", specs=_softmax_specs, note="every axis but the last"),
+    OpDescription("SparseSoftmaxCrossEntropyWithLogits", ("n.", "n"), ("n", "n."),
+                  note="the class axis stays whole (softmax over it)"),
+    OpDescription("GatherV2", specs=_gather_specs,
+                  note="axis 0: the indices' axes and the table's columns"),
+    OpDescription("BatchMatMulV2", specs=_batch_matmul_specs,
+                  note="batch axes, rows m and columns c; the inner k is a reduction"),
+    OpDescription("UnsortedSegmentSum", specs=_segment_sum_specs,
+                  note="the ids' axes are reductions, the data's columns parallel"),
     OpDescription("ResourceApplyMomentum", ("-", "-", "", "*", ""), (),
                   note="every axis of the variable is a parameter dimension"),
     OpDescription("ReadVariableOp", ("-",), ("*",), note="a part reads its part of the variable"),
@@ -562,24 +765,57 @@ def coverage(step_graph) -> pd.DataFrame:
     -------
     pandas.DataFrame
         Columns ``op_type``, ``ops``, ``described``, ``kept_whole``, ``reason``
-        (the most common reason an op of the type is kept whole), sorted by
-        ``ops`` descending.
+        (the most common reason an op of the type is kept whole), ``flops`` and
+        ``output_bytes`` (all ops of the type), ``whole_flops`` and
+        ``whole_bytes`` (those kept whole), sorted by ``ops`` descending.
     """
     rows = {}
     for op in step_graph.ops.values():
         r = rows.setdefault(op.op_type, dict(op_type=op.op_type, ops=0, described=0,
-                                            kept_whole=0, reasons={}))
+                                            kept_whole=0, reasons={}, flops=0.0,
+                                            output_bytes=0.0, whole_flops=0.0, whole_bytes=0.0))
         r["ops"] += 1
+        r["flops"] += op.flops
+        r["output_bytes"] += op.output_bytes
         try:
             resolve(op)
             r["described"] += 1
         except NotDescribed as why:
             r["kept_whole"] += 1
+            r["whole_flops"] += op.flops
+            r["whole_bytes"] += op.output_bytes
             r["reasons"][str(why)] = r["reasons"].get(str(why), 0) + 1
     out = []
     for r in rows.values():
         reasons = r.pop("reasons")
         r["reason"] = max(reasons, key=reasons.get) if reasons else ""
         out.append(r)
-    return (pd.DataFrame(out, columns=["op_type", "ops", "described", "kept_whole", "reason"])
+    columns = ["op_type", "ops", "described", "kept_whole", "reason", "flops", "output_bytes",
+               "whole_flops", "whole_bytes"]
+    return (pd.DataFrame(out, columns=columns)
             .sort_values(["ops", "op_type"], ascending=[False, True]).reset_index(drop=True))
+
+
+def kept_whole_share(table: pd.DataFrame) -> dict:
+    """The share of a step kept whole, from its :func:`coverage` table.
+
+    Returns
+    -------
+    dict
+        ``ops``, ``flops``, ``bytes``: the fractions (0-1) of the step's ops, FLOPs
+        and output bytes in ops kept whole.
+
+    Example
+    -------
+    >>> t = pd.DataFrame(dict(ops=[3, 1], kept_whole=[0, 1], flops=[10.0, 0.0],
+    ...                       whole_flops=[0.0, 0.0], output_bytes=[6.0, 2.0],
+    ...                       whole_bytes=[0.0, 2.0]))
+    >>> kept_whole_share(t)
+    {'ops': 0.25, 'flops': 0.0, 'bytes': 0.25}
+    """
+    def share(part, whole):
+        total = float(table[whole].sum())
+        return float(table[part].sum()) / total if total else 0.0
+
+    return dict(ops=share("kept_whole", "ops"), flops=share("whole_flops", "flops"),
+                bytes=share("whole_bytes", "output_bytes"))

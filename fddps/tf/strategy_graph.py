@@ -22,7 +22,8 @@ from .split_candidates import node_attrs, shape_input_value
 
 #: Attributes op descriptions test.
 DESCRIBED_ATTRS = ("data_format", "transpose_a", "transpose_b", "is_training", "keep_dims",
-                   "padding")
+                   "padding", "axis", "batch_dims", "begin_mask", "end_mask", "ellipsis_mask",
+                   "new_axis_mask", "shrink_axis_mask", "adj_x", "adj_y")
 
 #: Integer-list attributes of sliding windows (their halos: :class:`fddps.strategy.ops.Halo`).
 WINDOW_ATTRS = ("strides", "ksize", "dilations", "explicit_paddings")
