@@ -308,7 +308,11 @@ def plot(df: pd.DataFrame, path):
         ax.errorbar(x, g.measured * 1e3, yerr=[(g.measured - g.measured_min) * 1e3,
                                                (g.measured_max - g.measured) * 1e3],
                     fmt="none", color="black", lw=0.8)
-        ax.scatter(x, g.predicted * 1e3, marker="D", color="tab:orange", zorder=3, label="predicted")
+        ax.scatter(x, g.predicted * 1e3, marker="D", color="tab:orange", zorder=3,
+                   label="predicted (T / 2 per end)")
+        if "predicted_transfer_cpu" in g and np.isfinite(g.predicted_transfer_cpu).any():
+            ax.scatter(x, g.predicted_transfer_cpu * 1e3, marker="o", color="tab:green", zorder=3,
+                       label="predicted (CPU cost of concurrent transfers)")
         ax.set_xticks(x, [label(a) for a in g.algorithm], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("step time (ms)")
         ax.set_title(f"{model} (batch {g.batch.iloc[0]}), 2 workers x 1 core", fontsize=10)
