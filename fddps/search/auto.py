@@ -94,8 +94,8 @@ class AutoSearch(StrategySearch):
         t0 = time.perf_counter()
         end = t0 + self.time_budget
 
-        def left():
-            return end - time.perf_counter()
+        def left():  # seconds left (a search started gets at least a sliver, never <= 0)
+            return max(end - time.perf_counter(), 1e-9)
 
         ev = StrategyEvaluator(step, cluster, cost_model)
         starts = baseline_strategies(step, cluster, cost_model, writable=self.writable)
@@ -106,61 +106,40 @@ class AutoSearch(StrategySearch):
         skipped, cut, seconds = {}, [], {"baselines": time.perf_counter() - t0}
         no_time = f"no time left of the {self.time_budget:g} s budget"
 
-        t = time.perf_counter()
-        if left() > 0:
-            fs = get_search(
-                "fddps_space", writable=self.writable, progress=self.progress, choose_share=1.0,
-                time_budget=min(left(), self.fddps_space_share * self.time_budget)).fit(
-                step, cluster, cost_model, start=starts.get("fddps"))
-            candidates["fddps_space"] = (fs.strategy, fs.makespan, fs.peak, fs.fits,
-                                         fs.info["cost"])
-            if fs.info["out_of_time"]:
-                cut.append("fddps_space")
-        else:
-            skipped["fddps_space"] = no_time
-        seconds["fddps_space"] = time.perf_counter() - t
+        def attempt(name, run, errors=()):
+            """``run()``'s result, kept as a candidate; None when skipped (no time, or ``errors``)."""
+            t = time.perf_counter()
+            result = None
+            if time.perf_counter() >= end:
+                skipped[name] = no_time
+            else:
+                try:
+                    result = run()
+                    candidates[name] = (result.strategy, result.makespan, result.peak,
+                                        result.fits, result.info["cost"])
+                except errors as why:
+                    skipped[name] = str(why)
+            seconds[name] = time.perf_counter() - t
+            return result
 
-        t = time.perf_counter()
-        if left() > 0:
-            try:
-                # Tofu's search already expanded and simulated its plan, as ev.full would.
-                plan = get_search("tofu", writable=self.writable).fit(step, cluster, cost_model)
-                candidates["tofu"] = (plan.strategy, plan.makespan, plan.peak, plan.fits,
-                                      plan.info["cost"])
-            except InfeasibleError as why:
-                skipped["tofu"] = str(why)
-        else:
-            skipped["tofu"] = no_time
-        seconds["tofu"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        dp = None
-        if left() > 0:
-            try:
-                dp = get_search("pase", writable=self.writable, progress=self.progress,
-                                time_budget=self.pase_share * left()).fit(
-                    step, cluster, cost_model)
-                candidates["pase"] = (dp.strategy, dp.makespan, dp.peak, dp.fits,
-                                      dp.info["cost"])
-            except SearchError as why:
-                skipped["pase"] = str(why)
-        else:
-            skipped["pase"] = no_time
-        seconds["pase"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        mc = None
-        if left() > 0:
-            # The fastest starts first: chains begun after the budget ran out are skipped.
-            order = sorted(candidates, key=lambda n: candidates[n][4])
-            mc = get_search("flexflow", time_budget=left(), max_proposals=self.max_proposals,
-                            seed=self.seed, writable=self.writable, progress=self.progress).fit(
-                step, cluster, cost_model, starts={n: candidates[n][0] for n in order})
-            candidates["flexflow"] = (mc.strategy, mc.makespan, mc.peak, mc.fits,
-                                      mc.info["cost"])
-        else:
-            skipped["flexflow"] = no_time
-        seconds["flexflow"] = time.perf_counter() - t
+        fs = attempt("fddps_space", lambda: get_search(
+            "fddps_space", writable=self.writable, progress=self.progress, choose_share=1.0,
+            time_budget=min(left(), self.fddps_space_share * self.time_budget)).fit(
+            step, cluster, cost_model, start=starts.get("fddps")))
+        if fs is not None and fs.info["out_of_time"]:
+            cut.append("fddps_space")
+        # Tofu's search already expanded and simulated its plan, as ev.full would.
+        attempt("tofu", lambda: get_search("tofu", writable=self.writable).fit(
+            step, cluster, cost_model), InfeasibleError)
+        dp = attempt("pase", lambda: get_search(
+            "pase", writable=self.writable, progress=self.progress,
+            time_budget=self.pase_share * left()).fit(step, cluster, cost_model), SearchError)
+        # The fastest starts first: chains begun after the budget ran out are skipped.
+        order = sorted(candidates, key=lambda n: candidates[n][4])
+        mc = attempt("flexflow", lambda: get_search(
+            "flexflow", time_budget=left(), max_proposals=self.max_proposals, seed=self.seed,
+            writable=self.writable, progress=self.progress).fit(
+            step, cluster, cost_model, starts={n: candidates[n][0] for n in order}))
 
         fitting = [n for n, c in candidates.items() if c[3]]
         if fitting:
