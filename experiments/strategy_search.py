@@ -24,7 +24,8 @@ hosts (``cross_host_mb``). The DP's row
 also gives its additive cost (``additive_ms``: blind to overlap). ``delta_ms`` and
 ``full_ms`` are MCMC's mean seconds per proposal by delta and by full simulation
 (every 25th proposal is also simulated in full). The PNG shows speed-ups and, for
-``auto``'s strategy, how the FLOPs are split (whole, by sample, by parameter, other).
+``auto``'s strategy, how the FLOPs are split (whole, by sample, by parameter, other);
+with one device count, every strategy's split side by side (and the MB between hosts).
 
 Wall-clock times are of a machine shared with other jobs: compare them as ratios.
 
@@ -96,23 +97,31 @@ def _plot(df, png):
         ax.set_xlabel("P100s (simulated)" if sub["hosts"].iloc[0] == 1
                       else f"P100s on {sub['hosts'].iloc[0]} hosts (simulated)")
         ax = axes[1][j]
-        auto = sub[sub["strategy"] == "auto"]
-        bottom = np.zeros(len(auto))
+        if sub["devices"].nunique() == 1:  # one cluster: every strategy's shape side by side
+            shown = sub[sub["strategy"] != "one device"]
+            ticks = list(shown["strategy"])
+            ax.set_xlabel(f"{sub['devices'].iloc[0]} P100s: each strategy")
+        else:  # auto's strategy per device count
+            shown = sub[sub["strategy"] == "auto"]
+            ticks = list(shown["devices"].astype(str))
+            ax.set_xlabel("P100s: auto's strategy")
+        if "cross_host_mb" in shown:  # several hosts: what each step sends between them
+            ticks = [f"{t}: {mb:.0f} MB" for t, mb in zip(ticks, shown["cross_host_mb"])]
+            ax.set_xlabel(ax.get_xlabel() + "\n(MB between hosts)")
+        bottom = np.zeros(len(shown))
         for kind in SHAPES:
-            vals = auto[f"flops_{kind}"].to_numpy()
-            ax.bar(auto["devices"].astype(str), vals, bottom=bottom, label=kind)
+            vals = shown[f"flops_{kind}"].to_numpy()
+            ax.bar(range(len(shown)), vals, bottom=bottom, label=kind)
             bottom += vals
-        ax.set_xlabel("P100s: auto's strategy")
-        if "cross_host_mb" in auto:  # several hosts: what auto's step sends between them
-            for x, mb in enumerate(auto["cross_host_mb"]):
-                ax.annotate(f"{mb:.0f} MB\nbetween hosts", (x, 1.0), ha="center", va="bottom",
-                            fontsize=7, annotation_clip=False)
+        ax.set_xticks(range(len(shown)), ticks, fontsize=7,
+                      rotation=0 if len(ticks) < 4 else 60, ha="center" if len(ticks) < 4 else "right",
+                      rotation_mode="anchor")
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel("speed-up over one device")
     axes[1][0].set_ylabel("share of FLOPs")
     handles = [plt.Line2D([], [], color=c, marker=m, label=n) for n, (c, m, _) in style.items()]
     axes[0][-1].legend(handles=handles, fontsize=7)
-    axes[1][-1].legend(fontsize=7)
+    axes[1][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
