@@ -11,8 +11,9 @@ In order, each from the time the ones before it left:
    when ``fddps_space`` alone finishes within ``auto``'s budget, ``auto``
    finds the same strategy and is never predicted slower than it;
 3. Tofu's recursive partition (``"tofu"``: the least-communication plan that
-   fits, often the only one for a model larger than a device; skipped, with
-   the reason kept, when none fits or no time is left);
+   fits, often the only one for a model larger than a device; seconds on a
+   CNN): like the baselines, always run, even with no time left (the reason
+   kept when no plan fits);
 4. the vertex-elimination DP (``"pase"``, in ``pase_share`` of what is left; a
    step too wide for its table bound, or whose costing outlasts its share, is
    skipped, and the reason kept);
@@ -24,11 +25,11 @@ that fit in memory (the least penalised cost when none fits), so it is never
 predicted slower than the best baseline. A search started with time left
 gets a deadline at the budget's end and stops at its next check past it; one
 begun with none left is skipped. So ``auto`` overruns its budget by at most
-the baselines' seconds plus one indivisible piece of work of the search that
-was running when the budget ran out (an ``fddps_space`` try: an FD-DPS
-schedule of the parts and a simulation; Tofu's whole search, which has no
-deadline of its own; the DP's costing of one vertex; MCMC's set-up, one
-start's simulation and one proposal); ``info["seconds"]`` has each one's,
+the seconds of what always runs (the baselines and Tofu) plus one
+indivisible piece of work of the search that was running when the budget ran
+out (an ``fddps_space`` try: an FD-DPS schedule of the parts and a
+simulation; the DP's costing of one vertex; MCMC's set-up, one start's
+simulation and one proposal); ``info["seconds"]`` has each one's,
 ``info["cut"]`` the searches the deadline stopped early.
 ``info`` has every candidate's step, the winner and its margin over the best
 baseline.
@@ -106,11 +107,11 @@ class AutoSearch(StrategySearch):
         skipped, cut, seconds = {}, [], {"baselines": time.perf_counter() - t0}
         no_time = f"no time left of the {self.time_budget:g} s budget"
 
-        def attempt(name, run, errors=()):
+        def attempt(name, run, errors=(), always=False):
             """``run()``'s result, kept as a candidate; None when skipped (no time, or ``errors``)."""
             t = time.perf_counter()
             result = None
-            if time.perf_counter() >= end:
+            if time.perf_counter() >= end and not always:
                 skipped[name] = no_time
             else:
                 try:
@@ -128,9 +129,11 @@ class AutoSearch(StrategySearch):
             step, cluster, cost_model, start=starts.get("fddps")))
         if fs is not None and fs.info["out_of_time"]:
             cut.append("fddps_space")
-        # Tofu's search already expanded and simulated its plan, as ev.full would.
+        # Tofu runs whatever is left, as the baselines do: seconds on a CNN, and often the only
+        # plan that fits a model larger than a device. Its search already expanded and
+        # simulated its plan, as ev.full would.
         attempt("tofu", lambda: get_search("tofu", writable=self.writable).fit(
-            step, cluster, cost_model), InfeasibleError)
+            step, cluster, cost_model), InfeasibleError, always=True)
         dp = attempt("pase", lambda: get_search(
             "pase", writable=self.writable, progress=self.progress,
             time_budget=self.pase_share * left()).fit(step, cluster, cost_model), SearchError)
