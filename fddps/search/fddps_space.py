@@ -123,8 +123,8 @@ class FDDPSSpaceSearch(StrategySearch):
         for both the whole ops and the parts.
     time_budget : float, optional
         Seconds: choosing stops at ``choose_share`` of them (the ops left stay
-        whole), and no further set of splits is tried past them (one try may
-        overrun it; ``info["out_of_time"]`` says whether it cut). Without it the
+        whole), and no set of splits but the first is tried past them (so one
+        try may overrun it; ``info["out_of_time"]`` says whether it cut). Without it the
         search is deterministic; with it, it cuts where the machine allows.
     choose_share : float
         The share of ``time_budget`` after which choosing stops (default 0.5,
@@ -294,7 +294,9 @@ class FDDPSSpaceSearch(StrategySearch):
         ranked = sorted(chosen, key=lambda c: -c[2])
         keep, infeasible, best_step = len(ranked), 0, None
         while keep >= 1:
-            if budget is not None and time.perf_counter() - t0 > budget:
+            # The first set is tried whatever the time (the splits chosen so far are worth one
+            # try); no further one past the budget.
+            if budget is not None and keep < len(ranked) and time.perf_counter() - t0 > budget:
                 self._out_of_time = True
                 break
             try:
