@@ -127,9 +127,14 @@ def _plot(df, png):
     plt.close(fig)
 
 
-def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifar10", hosts=1):
+SEARCHES = ("fddps_space", "pase", "tofu", "flexflow", "auto")
+
+
+def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifar10", hosts=1,
+        searches=SEARCHES):
     """One row per (model, devices, strategy); ``hosts > 1`` splits each count's devices evenly
-    over that many hosts (:func:`experiments.common.gpu_cluster`, as :mod:`experiments.fig4`)."""
+    over that many hosts (:func:`experiments.common.gpu_cluster`, as :mod:`experiments.fig4`);
+    ``searches``: which of :data:`SEARCHES` get rows beside the baselines."""
     tf_quiet()
     from costmodel import default_cost_model
     from fddps.errors import InfeasibleError
@@ -172,31 +177,35 @@ def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifa
                 score = ev.full(strategy)
                 row(name, strategy, score.makespan, score.peak, score.fits,
                     t_fddps if name == "fddps" else score.seconds)
-            fs = get_search("fddps_space").fit(step, cluster, cm)
-            row("fddps_space", fs.strategy, fs.makespan, fs.peak, fs.fits, fs.seconds,
-                critical_ops=fs.info["critical_ops"], splits_chosen=fs.info["splits_chosen"])
-            dp = None
-            try:
-                dp = get_search("pase").fit(step, cluster, cm)
-                row("pase", dp.strategy, dp.makespan, dp.peak, dp.fits, dp.seconds,
-                    additive_ms=dp.info["additive_cost"] * 1e3)
-            except SearchError as why:
-                print(f"  {model} x{k} pase skipped: {why}")
-            try:
-                tofu = get_search("tofu").fit(step, cluster, cm)
-                row("tofu", tofu.strategy, tofu.makespan, tofu.peak, tofu.fits, tofu.seconds)
-            except InfeasibleError as why:
-                print(f"  {model} x{k} tofu skipped: {why}")
-            mc = get_search("flexflow", time_budget=budget, max_proposals=proposals,
-                            seed=seed).fit(step, cluster, cm, starts=starts)
-            row("flexflow", mc.strategy, mc.makespan, mc.peak, mc.fits, mc.seconds,
-                proposals=mc.info["proposals"], delta_ms=mc.info["delta_seconds"] * 1e3,
-                full_ms=mc.info["full_seconds"] * 1e3)
-            auto = get_search("auto", time_budget=budget, max_proposals=proposals,
-                              seed=seed).fit(step, cluster, cm)
-            row("auto", auto.strategy, auto.makespan, auto.peak, auto.fits, auto.seconds,
-                winner=auto.search, proposals=auto.info["proposals"],
-                skipped=",".join(auto.info["skipped"]), cut=",".join(auto.info["cut"]))
+            if "fddps_space" in searches:
+                fs = get_search("fddps_space").fit(step, cluster, cm)
+                row("fddps_space", fs.strategy, fs.makespan, fs.peak, fs.fits, fs.seconds,
+                    critical_ops=fs.info["critical_ops"], splits_chosen=fs.info["splits_chosen"])
+            if "pase" in searches:
+                try:
+                    dp = get_search("pase").fit(step, cluster, cm)
+                    row("pase", dp.strategy, dp.makespan, dp.peak, dp.fits, dp.seconds,
+                        additive_ms=dp.info["additive_cost"] * 1e3)
+                except SearchError as why:
+                    print(f"  {model} x{k} pase skipped: {why}")
+            if "tofu" in searches:
+                try:
+                    tofu = get_search("tofu").fit(step, cluster, cm)
+                    row("tofu", tofu.strategy, tofu.makespan, tofu.peak, tofu.fits, tofu.seconds)
+                except InfeasibleError as why:
+                    print(f"  {model} x{k} tofu skipped: {why}")
+            if "flexflow" in searches:
+                mc = get_search("flexflow", time_budget=budget, max_proposals=proposals,
+                                seed=seed).fit(step, cluster, cm, starts=starts)
+                row("flexflow", mc.strategy, mc.makespan, mc.peak, mc.fits, mc.seconds,
+                    proposals=mc.info["proposals"], delta_ms=mc.info["delta_seconds"] * 1e3,
+                    full_ms=mc.info["full_seconds"] * 1e3)
+            if "auto" in searches:
+                auto = get_search("auto", time_budget=budget, max_proposals=proposals,
+                                  seed=seed).fit(step, cluster, cm)
+                row("auto", auto.strategy, auto.makespan, auto.peak, auto.fits, auto.seconds,
+                    winner=auto.search, proposals=auto.info["proposals"],
+                    skipped=",".join(auto.info["skipped"]), cut=",".join(auto.info["cut"]))
         print(f"{model}: {len(step)} step ops, {time.perf_counter() - t0:.0f} s", flush=True)
     return pd.DataFrame(rows)
 
@@ -288,6 +297,8 @@ def main(argv=None):
                    help="split each --devices count evenly over this many hosts, joined by 10 GbE "
                         "through one shared network interface per host (as experiments.fig4); "
                         "rows then give the MB crossing between hosts")
+    p.add_argument("--searches", default=",".join(SEARCHES),
+                   help="the searches to run beside the baselines (default all: %(default)s)")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: vgg16 at batch 8 on 2 GPUs, 10 s budgets, 40 proposals")
     p.add_argument("--delta", type=int, default=0, metavar="N",
@@ -311,7 +322,12 @@ def main(argv=None):
         print(df.round(3).to_string(index=False))
         save_csv_and_plot(df, str(args.out).replace(".csv", "_delta.csv"), _plot_delta)
         return df
-    df = run(models, counts, batches, budget, proposals, args.seed, hosts=args.hosts)
+    searches = [x for x in args.searches.split(",") if x]
+    unknown = sorted(set(searches) - set(SEARCHES))
+    if unknown:
+        p.error(f"unknown --searches {unknown[0]!r}; choose from {', '.join(SEARCHES)}")
+    df = run(models, counts, batches, budget, proposals, args.seed, hosts=args.hosts,
+             searches=searches)
     hosts = f" on {args.hosts} hosts (10 GbE, one shared NIC each)" if args.hosts > 1 else ""
     print(f"Strategy searches in simulation, CIFAR-10 size{hosts}. {COST_MODEL_NOTE} "
           f"MCMC and auto budgets: {budget:g} s, {proposals} proposals, seed {args.seed}.")
