@@ -89,9 +89,11 @@ def _plot(df, png):
     labels = [c.replace(" (quick start, CPU)", "\nquick start") for c in auto["case"]]
     axes[0].bar(x, auto["step_vs_default"], color="C0")
     axes[0].axhline(1.0, color="grey", lw=0.8)
+    axes[0].set_ylim(0, 1.2)
     axes[0].set_ylabel(f"auto's predicted step / {DEFAULT}'s")
     axes[1].bar(x, auto["time_vs_default"], color="C1")
     axes[1].set_yscale("log")
+    axes[1].set_ylim(bottom=1.0)  # the bars rise from "as long as the default"
     axes[1].set_ylabel(f"auto's place() seconds / {DEFAULT}'s")
     for ax in axes:
         ax.set_xticks(x, labels, fontsize=7, rotation=30)

@@ -8,8 +8,9 @@ In order, each from the time the ones before it left:
 2. FD-DPS over the strategy space (``"fddps_space"``, from that placement)
    with all the budget that is left (``fddps_space_share`` caps it) and
    nothing cut before it runs out (its ``choose_share=1``): deterministic, so
-   when ``fddps_space`` alone finishes within ``auto``'s budget, ``auto``
-   finds the same strategy and is never predicted slower than it;
+   when ``fddps_space`` alone finishes within what the baselines leave of
+   ``auto``'s budget, ``auto`` finds the same strategy and is never
+   predicted slower than it;
 3. Tofu's recursive partition (``"tofu"``: the least-communication plan that
    fits, often the only one for a model larger than a device; seconds on a
    CNN): like the baselines, always run, even with no time left (the reason
