@@ -12,13 +12,20 @@ ops' configurations and scheduling their parts; the DP: costing and
 elimination; MCMC and auto: their budgets). FlexFlow's MCMC starts from one device,
 data parallelism and FD-DPS's placement, with ``--budget`` seconds and
 ``--proposals`` proposals; ``auto`` (:class:`fddps.search.auto.AutoSearch`) runs the
-baselines, FD-DPS over the strategy space, the DP and MCMC (from all of them) in
-``--budget`` seconds (it reuses the ``fddps_space`` and DP rows' results; its
-``search_s`` includes their seconds). The DP's row
+baselines, FD-DPS over the strategy space, Tofu, the DP and MCMC (from all of them)
+in ``--budget`` seconds on its own (it does not reuse the other rows' results; its
+``skipped`` and ``cut`` columns name the searches its budget left out or
+stopped early). ``tofu`` is Tofu's recursive partition
+(:class:`fddps.search.tofu.TofuSearch`; no row when no plan fits). With
+``--hosts H`` each device count is split evenly over H hosts joined by 10 GbE,
+each sending through one network interface its transfers share (the cluster of
+:mod:`experiments.fig4`), and every row gives the MB its step moves between
+hosts (``cross_host_mb``). The DP's row
 also gives its additive cost (``additive_ms``: blind to overlap). ``delta_ms`` and
 ``full_ms`` are MCMC's mean seconds per proposal by delta and by full simulation
 (every 25th proposal is also simulated in full). The PNG shows speed-ups and, for
-``auto``'s strategy, how the FLOPs are split (whole, by sample, by parameter, other).
+``auto``'s strategy, how the FLOPs are split (whole, by sample, by parameter, other);
+with one device count, every strategy's split side by side (and the MB between hosts).
 
 Wall-clock times are of a machine shared with other jobs: compare them as ratios.
 
@@ -28,6 +35,7 @@ Run::
     python -m experiments.strategy_search --quick                 # a smoke test (~1-2 min)
     python -m experiments.strategy_search --models resnet50 --devices 4 --budget 60
     python -m experiments.strategy_search --delta 10 --devices 4  # delta vs full, six networks
+    python -m experiments.strategy_search --models vgg16 --devices 8 --hosts 2 --budget 10
 """
 
 from __future__ import annotations
@@ -86,30 +94,50 @@ def _plot(df, png):
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(f"{model} (batch {sub['batch'].iloc[0]})", fontsize=9)
         ax.set_xticks(sorted(set(sub["devices"])))
-        ax.set_xlabel("P100s (simulated)")
+        ax.set_xlabel("P100s (simulated)" if sub["hosts"].iloc[0] == 1
+                      else f"P100s on {sub['hosts'].iloc[0]} hosts (simulated)")
         ax = axes[1][j]
-        auto = sub[sub["strategy"] == "auto"]
-        bottom = np.zeros(len(auto))
+        if sub["devices"].nunique() == 1:  # one cluster: every strategy's shape side by side
+            shown = sub[sub["strategy"] != "one device"]
+            ticks = list(shown["strategy"])
+            ax.set_xlabel(f"{sub['devices'].iloc[0]} P100s: each strategy")
+        else:  # auto's strategy per device count
+            shown = sub[sub["strategy"] == "auto"]
+            ticks = list(shown["devices"].astype(str))
+            ax.set_xlabel("P100s: auto's strategy")
+        if "cross_host_mb" in shown:  # several hosts: what each step sends between them
+            ticks = [f"{t}: {mb:.0f} MB" for t, mb in zip(ticks, shown["cross_host_mb"])]
+            ax.set_xlabel(ax.get_xlabel() + "\n(MB between hosts)")
+        bottom = np.zeros(len(shown))
         for kind in SHAPES:
-            vals = auto[f"flops_{kind}"].to_numpy()
-            ax.bar(auto["devices"].astype(str), vals, bottom=bottom, label=kind)
+            vals = shown[f"flops_{kind}"].to_numpy()
+            ax.bar(range(len(shown)), vals, bottom=bottom, label=kind)
             bottom += vals
-        ax.set_xlabel("P100s: auto's strategy")
+        ax.set_xticks(range(len(shown)), ticks, fontsize=7,
+                      rotation=0 if len(ticks) < 4 else 60, ha="center" if len(ticks) < 4 else "right",
+                      rotation_mode="anchor")
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel("speed-up over one device")
     axes[1][0].set_ylabel("share of FLOPs")
     handles = [plt.Line2D([], [], color=c, marker=m, label=n) for n, (c, m, _) in style.items()]
     axes[0][-1].legend(handles=handles, fontsize=7)
-    axes[1][-1].legend(fontsize=7)
+    axes[1][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
 
 
-def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifar10"):
-    """One row per (model, devices, strategy)."""
+SEARCHES = ("fddps_space", "pase", "tofu", "flexflow", "auto")
+
+
+def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifar10", hosts=1,
+        searches=SEARCHES):
+    """One row per (model, devices, strategy); ``hosts > 1`` splits each count's devices evenly
+    over that many hosts (:func:`experiments.common.gpu_cluster`, as :mod:`experiments.fig4`);
+    ``searches``: which of :data:`SEARCHES` get rows beside the baselines."""
     tf_quiet()
     from costmodel import default_cost_model
+    from fddps.errors import InfeasibleError
     from fddps.search import SearchError, StrategyEvaluator, get_search
     from fddps.search.space import baseline_strategies
     from fddps.tf.strategy_graph import step_graph
@@ -126,11 +154,13 @@ def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifa
         single = StrategyEvaluator(step, one_cluster, cm).full(
             baseline_strategies(step, one_cluster, cm)["one device"])
         for k in device_counts:
-            cluster = gpu_cluster(k, cm)
+            cluster = gpu_cluster(k // hosts, cm, hosts=hosts)
             ev = StrategyEvaluator(step, cluster, cm)
 
             def row(name, strategy, makespan, peak, fits, seconds, **extra):
-                r = dict(base, devices=k, strategy=name, step_ms=makespan * 1e3,
+                if hosts > 1:
+                    extra["cross_host_mb"] = cross_host_mb(step, strategy, cluster, cm)
+                r = dict(base, devices=k, hosts=hosts, strategy=name, step_ms=makespan * 1e3,
                          speedup=single.makespan / makespan, fits=bool(fits),
                          peak_mb=float(np.max(peak)) / 1e6, search_s=seconds,
                          ops_split=sum(c.num_parts > 1 for c in strategy.configs.values()),
@@ -147,27 +177,51 @@ def run(models, device_counts, batches, budget, proposals, seed=0, dataset="cifa
                 score = ev.full(strategy)
                 row(name, strategy, score.makespan, score.peak, score.fits,
                     t_fddps if name == "fddps" else score.seconds)
-            fs = get_search("fddps_space").fit(step, cluster, cm)
-            row("fddps_space", fs.strategy, fs.makespan, fs.peak, fs.fits, fs.seconds,
-                critical_ops=fs.info["critical_ops"], splits_chosen=fs.info["splits_chosen"])
-            dp = None
-            try:
-                dp = get_search("pase").fit(step, cluster, cm)
-                row("pase", dp.strategy, dp.makespan, dp.peak, dp.fits, dp.seconds,
-                    additive_ms=dp.info["additive_cost"] * 1e3)
-            except SearchError as why:
-                print(f"  {model} x{k} pase skipped: {why}")
-            mc = get_search("flexflow", time_budget=budget, max_proposals=proposals,
-                            seed=seed).fit(step, cluster, cm, starts=starts)
-            row("flexflow", mc.strategy, mc.makespan, mc.peak, mc.fits, mc.seconds,
-                proposals=mc.info["proposals"], delta_ms=mc.info["delta_seconds"] * 1e3,
-                full_ms=mc.info["full_seconds"] * 1e3)
-            auto = get_search("auto", time_budget=budget, max_proposals=proposals,
-                              seed=seed).fit(step, cluster, cm, pase=dp, fddps_space=fs)
-            row("auto", auto.strategy, auto.makespan, auto.peak, auto.fits, auto.seconds,
-                winner=auto.search, proposals=auto.info["proposals"])
+            if "fddps_space" in searches:
+                fs = get_search("fddps_space").fit(step, cluster, cm)
+                row("fddps_space", fs.strategy, fs.makespan, fs.peak, fs.fits, fs.seconds,
+                    critical_ops=fs.info["critical_ops"], splits_chosen=fs.info["splits_chosen"])
+            if "pase" in searches:
+                try:
+                    dp = get_search("pase").fit(step, cluster, cm)
+                    row("pase", dp.strategy, dp.makespan, dp.peak, dp.fits, dp.seconds,
+                        additive_ms=dp.info["additive_cost"] * 1e3)
+                except SearchError as why:
+                    print(f"  {model} x{k} pase skipped: {why}")
+            if "tofu" in searches:
+                try:
+                    tofu = get_search("tofu").fit(step, cluster, cm)
+                    row("tofu", tofu.strategy, tofu.makespan, tofu.peak, tofu.fits, tofu.seconds)
+                except InfeasibleError as why:
+                    print(f"  {model} x{k} tofu skipped: {why}")
+            if "flexflow" in searches:
+                mc = get_search("flexflow", time_budget=budget, max_proposals=proposals,
+                                seed=seed).fit(step, cluster, cm, starts=starts)
+                row("flexflow", mc.strategy, mc.makespan, mc.peak, mc.fits, mc.seconds,
+                    proposals=mc.info["proposals"], delta_ms=mc.info["delta_seconds"] * 1e3,
+                    full_ms=mc.info["full_seconds"] * 1e3)
+            if "auto" in searches:
+                auto = get_search("auto", time_budget=budget, max_proposals=proposals,
+                                  seed=seed).fit(step, cluster, cm)
+                row("auto", auto.strategy, auto.makespan, auto.peak, auto.fits, auto.seconds,
+                    winner=auto.search, proposals=auto.info["proposals"],
+                    skipped=",".join(auto.info["skipped"]), cut=",".join(auto.info["cut"]))
         print(f"{model}: {len(step)} step ops, {time.perf_counter() - t0:.0f} s", flush=True)
     return pd.DataFrame(rows)
+
+
+def cross_host_mb(step, strategy, cluster, cost_model) -> float:
+    """MB a strategy's step moves between devices of different hosts
+    (:func:`experiments.fig4.cross_host_bytes` of its expansion)."""
+    from types import SimpleNamespace
+
+    from experiments.fig4 import cross_host_bytes
+    from fddps.strategy import expand
+
+    ex = expand(step, strategy, cluster, cost_model)
+    device = np.asarray([cluster.index[ex.placement[n]] for n in ex.graph.names])
+    return cross_host_bytes(SimpleNamespace(graph=ex.graph, cluster=cluster,
+                                            device=device))["cross_host_bytes"] / 1e6
 
 
 def delta_vs_full(models, devices, batches, proposals, seed=0, dataset="cifar10"):
@@ -239,6 +293,12 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=60.0, help="seconds for MCMC and for auto")
     p.add_argument("--proposals", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hosts", type=int, default=1,
+                   help="split each --devices count evenly over this many hosts, joined by 10 GbE "
+                        "through one shared network interface per host (as experiments.fig4); "
+                        "rows then give the MB crossing between hosts")
+    p.add_argument("--searches", default=",".join(SEARCHES),
+                   help="the searches to run beside the baselines (default all: %(default)s)")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: vgg16 at batch 8 on 2 GPUs, 10 s budgets, 40 proposals")
     p.add_argument("--delta", type=int, default=0, metavar="N",
@@ -248,6 +308,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     counts = [int(k) for k in args.devices.split(",")]
+    if args.hosts < 1 or any(k % args.hosts for k in counts):
+        p.error(f"--hosts {args.hosts} must be a positive divisor of every --devices count "
+                f"({args.devices})")
     batches = {m: args.batch or PAPER_BATCH[m] for m in models}
     budget, proposals = args.budget, args.proposals
     if args.quick:
@@ -259,12 +322,19 @@ def main(argv=None):
         print(df.round(3).to_string(index=False))
         save_csv_and_plot(df, str(args.out).replace(".csv", "_delta.csv"), _plot_delta)
         return df
-    df = run(models, counts, batches, budget, proposals, args.seed)
-    print(f"Strategy searches in simulation, CIFAR-10 size. {COST_MODEL_NOTE} "
+    searches = [x for x in args.searches.split(",") if x]
+    unknown = sorted(set(searches) - set(SEARCHES))
+    if unknown:
+        p.error(f"unknown --searches {unknown[0]!r}; choose from {', '.join(SEARCHES)}")
+    df = run(models, counts, batches, budget, proposals, args.seed, hosts=args.hosts,
+             searches=searches)
+    hosts = f" on {args.hosts} hosts (10 GbE, one shared NIC each)" if args.hosts > 1 else ""
+    print(f"Strategy searches in simulation, CIFAR-10 size{hosts}. {COST_MODEL_NOTE} "
           f"MCMC and auto budgets: {budget:g} s, {proposals} proposals, seed {args.seed}.")
     cols = [c for c in ("model", "batch", "devices", "strategy", "step_ms", "speedup", "fits",
-                        "peak_mb", "search_s", "ops_split", "critical_ops", "additive_ms",
-                        "proposals", "delta_ms", "full_ms", "winner") if c in df.columns]
+                        "peak_mb", "search_s", "cross_host_mb", "ops_split", "critical_ops",
+                        "additive_ms", "proposals", "delta_ms", "full_ms", "winner", "skipped",
+                        "cut") if c in df.columns]
     print(df[cols].round(3).to_string(index=False))
     save_csv_and_plot(df, args.out, _plot)
     return df

@@ -9,10 +9,15 @@ pytest.importorskip("tensorflow")
 def test_strategy_search_benchmark_quick_mode_writes_its_table(tmp_path):
     from experiments import strategy_search
 
-    df = strategy_search.main(["--quick", "--out", str(tmp_path / "s.csv")])
+    # Two hosts of one GPU each: the --hosts cluster (shared NICs) and its cross-host bytes.
+    df = strategy_search.main(["--quick", "--hosts", "2", "--out", str(tmp_path / "s.csv")])
     assert (tmp_path / "s.csv").exists() and (tmp_path / "s.png").exists()
     assert set(df["strategy"]) == {"one device", "data parallel", "fddps", "fddps_space", "pase",
-                                   "flexflow", "auto"}
+                                   "tofu", "flexflow", "auto"}
+    assert (df["hosts"] == 2).all() and (df["cross_host_mb"] >= 0).all()
+    # Data parallelism sums every gradient across the two hosts; one device sends nothing.
+    mb = dict(zip(df["strategy"], df["cross_host_mb"]))
+    assert mb["one device"] == 0 and mb["data parallel"] > 0
     assert (df["step_ms"] > 0).all() and df["fits"].all()
     best = df[df.strategy.isin(["one device", "data parallel", "fddps"])]["step_ms"].min()
     auto = df[df.strategy == "auto"].iloc[0]
@@ -20,7 +25,8 @@ def test_strategy_search_benchmark_quick_mode_writes_its_table(tmp_path):
     space = df[df.strategy == "fddps_space"].iloc[0]
     assert space["step_ms"] <= df[df.strategy == "fddps"].iloc[0]["step_ms"]
     assert space["critical_ops"] > 0
-    assert auto["step_ms"] <= space["step_ms"] * (1 + 1e-9)  # auto reuses the row's result
+    if not auto["cut"]:  # fddps_space finished within auto's budget: auto found it too
+        assert auto["step_ms"] <= space["step_ms"] * (1 + 1e-9)
     flows = df[df.strategy == "flexflow"].iloc[0]
     assert flows["proposals"] > 0 and flows["delta_ms"] > 0
     shares = df[[c for c in df.columns if c.startswith("flops_")]].sum(axis=1)

@@ -1,17 +1,37 @@
 """Run the searches within a time budget and keep the fastest strategy that fits (``"auto"``).
 
-In order: the baselines (one device, data parallelism, FD-DPS's whole-op
-placement), each fully simulated; FD-DPS over the strategy space
-(``"fddps_space"``, in ``fddps_space_share`` of the budget, from that
-placement); Tofu's recursive partition (``"tofu"``: the least-communication
-plan that fits, often the only one for a model larger than a device;
-skipped, with the reason kept, when none fits); the vertex-elimination DP (``"pase"``; a
-step too wide for its table bound, or whose costing outlasts ``pase_share`` of
-the budget, is skipped, and the reason kept); then
-FlexFlow's MCMC for the rest of the budget, its chains starting from the
-baselines and the other searches' strategies. The answer is the candidate with the
-shortest simulated step among those that fit in memory (the least penalised
-cost when none fits), so it is never predicted slower than the best baseline.
+In order, each from the time the ones before it left:
+
+1. the baselines (one device, data parallelism, FD-DPS's whole-op
+   placement), each fully simulated, whatever they take (they are what
+   ``auto`` promises never to be slower than);
+2. FD-DPS over the strategy space (``"fddps_space"``, from that placement)
+   with all the budget that is left (``fddps_space_share`` caps it) and
+   nothing cut before it runs out (its ``choose_share=1``): deterministic, so
+   when ``fddps_space`` alone finishes within what the baselines leave of
+   ``auto``'s budget, ``auto`` finds the same strategy and is never
+   predicted slower than it;
+3. Tofu's recursive partition (``"tofu"``: the least-communication plan that
+   fits, often the only one for a model larger than a device; seconds on a
+   CNN): like the baselines, always run, even with no time left (the reason
+   kept when no plan fits);
+4. the vertex-elimination DP (``"pase"``, in ``pase_share`` of what is left; a
+   step too wide for its table bound, or whose costing outlasts its share, is
+   skipped, and the reason kept);
+5. FlexFlow's MCMC for the rest of the budget, its chains starting from the
+   candidates so far, fastest first (skipped when nothing is left).
+
+The answer is the candidate with the shortest simulated step among those
+that fit in memory (the least penalised cost when none fits), so it is never
+predicted slower than the best baseline. A search started with time left
+gets a deadline at the budget's end and stops at its next check past it; one
+begun with none left is skipped. So ``auto`` overruns its budget by at most
+the seconds of what always runs (the baselines and Tofu) plus one
+indivisible piece of work of the search that was running when the budget ran
+out (an ``fddps_space`` try: an FD-DPS schedule of the parts and a
+simulation; the DP's costing of one vertex; MCMC's set-up, one start's
+simulation and one proposal); ``info["seconds"]`` has each one's,
+``info["cut"]`` the searches the deadline stopped early.
 ``info`` has every candidate's step, the winner and its margin over the best
 baseline.
 """
@@ -28,16 +48,13 @@ from .space import baseline_strategies
 
 @register_search
 class AutoSearch(StrategySearch):
-    """The best of the baselines, the DP and FlexFlow's MCMC.
+    """The best of the baselines, FD-DPS over the strategy space, Tofu, the DP and FlexFlow's MCMC.
 
     Parameters
     ----------
     time_budget : float
-        Seconds for the whole search (default 60); MCMC gets what the
-        baselines and the DP leave (at least 10% of it). The baselines always
-        run to the end, whatever they take (they are what ``auto`` promises
-        never to be slower than), so on a large step the search can outlast
-        the budget by their seconds and by each search's set-up.
+        Seconds for the whole search (default 60); see the module for the order
+        in which the searches share it and by how much it can be overrun.
     max_proposals : int
         MCMC's proposal budget (default 2000).
     seed : int
@@ -45,75 +62,89 @@ class AutoSearch(StrategySearch):
         Only configurations the GraphDef rewrite writes (:func:`fddps.tf.place` sets it).
     progress : bool
     pase_share : float
-        The share of ``time_budget`` the DP's costing may take before it is
-        skipped (default 0.6).
+        The share of what is left of ``time_budget`` after FD-DPS over the
+        strategy space and Tofu that the DP's costing may take before it is
+        skipped (default 0.6); MCMC gets the rest.
     fddps_space_share : float
-        The share of ``time_budget`` FD-DPS over the strategy space gets
-        (default 0.3; :class:`~fddps.search.fddps_space.FDDPSSpaceSearch`'s
-        ``time_budget``).
+        The most of ``time_budget`` FD-DPS over the strategy space may take
+        (default 1: all it needs, up to what the baselines left).
+
+    Example
+    -------
+    >>> r = AutoSearch(time_budget=30).fit(step, cluster, cost_model)   # doctest: +SKIP
+    >>> r.search, r.info["seconds"]                                      # doctest: +SKIP
+    ('fddps_space', {'baselines': 0.4, 'fddps_space': 2.1, ...})
     """
 
     name = "auto"
     options = dict(time_budget=60.0, max_proposals=2000, seed=0, writable=False, progress=False,
-                   pase_share=0.6, fddps_space_share=0.3)
+                   pase_share=0.6, fddps_space_share=1.0)
 
     def __init__(self, **options):
         super().__init__(**options)
         self.time_budget = positive("time_budget", self.time_budget, allow_none=False)
         self.max_proposals = positive("max_proposals", self.max_proposals, integer=True,
                                       allow_none=False)
-        self.pase_share = positive("pase_share", self.pase_share, allow_none=False)
-        self.fddps_space_share = positive("fddps_space_share", self.fddps_space_share,
-                                          allow_none=False)
+        for share in ("pase_share", "fddps_space_share"):
+            value = positive(share, getattr(self, share), allow_none=False)
+            if value > 1:
+                raise SearchError(f"option {share!r} must be a share in (0, 1], got {value!r}")
+            setattr(self, share, value)
 
-    def fit(self, step, cluster, cost_model, pase=None, fddps_space=None) -> SearchResult:
-        """Search; ``pase`` and ``fddps_space``, results of those searches already computed for
-        this step and cluster (:class:`SearchResult`), are reused instead of run again
-        (their seconds still count)."""
-        t0 = time.perf_counter() - sum(r.seconds for r in (pase, fddps_space) if r is not None)
+    def fit(self, step, cluster, cost_model) -> SearchResult:
+        """Search ``step`` on ``cluster``: the best candidate's :class:`SearchResult`."""
+        t0 = time.perf_counter()
+        end = t0 + self.time_budget
+
+        def left():  # seconds left (a search started gets at least a sliver, never <= 0)
+            return max(end - time.perf_counter(), 1e-9)
+
         ev = StrategyEvaluator(step, cluster, cost_model)
         starts = baseline_strategies(step, cluster, cost_model, writable=self.writable)
         candidates = {}
         for name, strategy in starts.items():
             score = ev.full(strategy)
             candidates[name] = (strategy, score.makespan, score.peak, score.fits, score.cost)
-        skipped, seconds = {}, {"baselines": time.perf_counter() - t0}
-        t = time.perf_counter()
-        fs = fddps_space or get_search(
-            "fddps_space", writable=self.writable, progress=self.progress,
-            time_budget=self.fddps_space_share * self.time_budget).fit(
-            step, cluster, cost_model, start=starts.get("fddps"))
-        candidates["fddps_space"] = (fs.strategy, fs.makespan, fs.peak, fs.fits, fs.info["cost"])
-        starts["fddps_space"] = fs.strategy
-        seconds["fddps_space"] = time.perf_counter() - t + (
-            fddps_space.seconds if fddps_space is not None else 0.0)
-        t = time.perf_counter()
-        try:
-            # Tofu's search already expanded and simulated its plan, as ev.full would.
-            plan = get_search("tofu", writable=self.writable).fit(step, cluster, cost_model)
-            candidates["tofu"] = (plan.strategy, plan.makespan, plan.peak, plan.fits,
-                                  plan.info["cost"])
-            starts["tofu"] = plan.strategy
-        except InfeasibleError as why:
-            skipped["tofu"] = str(why)
-        seconds["tofu"] = time.perf_counter() - t
-        t = time.perf_counter()
-        try:
-            dp = pase or get_search("pase", writable=self.writable, progress=self.progress,
-                                    time_budget=self.pase_share * self.time_budget).fit(
-                step, cluster, cost_model)
-            candidates["pase"] = (dp.strategy, dp.makespan, dp.peak, dp.fits, dp.info["cost"])
-            starts["pase"] = dp.strategy
-        except SearchError as why:
-            skipped["pase"] = str(why)
-        seconds["pase"] = time.perf_counter() - t + (pase.seconds if pase is not None else 0.0)
-        left = max(self.time_budget - (time.perf_counter() - t0), 0.1 * self.time_budget)
-        t = time.perf_counter()
-        mc = get_search("flexflow", time_budget=left, max_proposals=self.max_proposals,
-                        seed=self.seed, writable=self.writable, progress=self.progress).fit(
-            step, cluster, cost_model, starts=starts)
-        seconds["flexflow"] = time.perf_counter() - t
-        candidates["flexflow"] = (mc.strategy, mc.makespan, mc.peak, mc.fits, mc.info["cost"])
+        skipped, cut, seconds = {}, [], {"baselines": time.perf_counter() - t0}
+        no_time = f"no time left of the {self.time_budget:g} s budget"
+
+        def attempt(name, run, errors=(), always=False):
+            """``run()``'s result, kept as a candidate; None when skipped (no time, or ``errors``)."""
+            t = time.perf_counter()
+            result = None
+            if time.perf_counter() >= end and not always:
+                skipped[name] = no_time
+            else:
+                try:
+                    result = run()
+                    candidates[name] = (result.strategy, result.makespan, result.peak,
+                                        result.fits, result.info["cost"])
+                except errors as why:
+                    skipped[name] = str(why)
+            seconds[name] = time.perf_counter() - t
+            return result
+
+        fs = attempt("fddps_space", lambda: get_search(
+            "fddps_space", writable=self.writable, progress=self.progress, choose_share=1.0,
+            time_budget=min(left(), self.fddps_space_share * self.time_budget)).fit(
+            step, cluster, cost_model, start=starts.get("fddps")))
+        if fs is not None and fs.info["out_of_time"]:
+            cut.append("fddps_space")
+        # Tofu runs whatever is left, as the baselines do: seconds on a CNN, and often the only
+        # plan that fits a model larger than a device. Its search already expanded and
+        # simulated its plan, as ev.full would.
+        attempt("tofu", lambda: get_search("tofu", writable=self.writable).fit(
+            step, cluster, cost_model), InfeasibleError, always=True)
+        dp = attempt("pase", lambda: get_search(
+            "pase", writable=self.writable, progress=self.progress,
+            time_budget=self.pase_share * left()).fit(step, cluster, cost_model), SearchError)
+        # The fastest starts first: chains begun after the budget ran out are skipped.
+        order = sorted(candidates, key=lambda n: candidates[n][4])
+        mc = attempt("flexflow", lambda: get_search(
+            "flexflow", time_budget=left(), max_proposals=self.max_proposals, seed=self.seed,
+            writable=self.writable, progress=self.progress).fit(
+            step, cluster, cost_model, starts={n: candidates[n][0] for n in order}))
+
         fitting = [n for n, c in candidates.items() if c[3]]
         if fitting:
             winner = min(fitting, key=lambda n: candidates[n][1])
@@ -129,15 +160,18 @@ class AutoSearch(StrategySearch):
                      if n in candidates and candidates[n][3]}
         best_base = min(baselines.values()) if baselines else float("nan")
         strategy.name = strategy.name or winner
+        total = time.perf_counter() - t0
         info = dict(winner=winner, steps={n: c[1] for n, c in candidates.items()},
-                    fits={n: c[3] for n, c in candidates.items()}, skipped=skipped,
-                    seconds=seconds, best_baseline=best_base,
+                    fits={n: c[3] for n, c in candidates.items()}, skipped=skipped, cut=cut,
+                    seconds=seconds, budget=self.time_budget,
+                    over_budget=max(total - self.time_budget, 0.0), best_baseline=best_base,
                     speedup_over_best_baseline=best_base / makespan if makespan > 0 else float("nan"),
-                    proposals=mc.info["proposals"], delta_seconds=mc.info["delta_seconds"],
-                    full_seconds=mc.info["full_seconds"])
-        if "pase" in candidates:
+                    proposals=mc.info["proposals"] if mc else 0,
+                    delta_seconds=mc.info["delta_seconds"] if mc else float("nan"),
+                    full_seconds=mc.info["full_seconds"] if mc else float("nan"))
+        if dp is not None:
             info["pase_additive_cost"] = dp.info["additive_cost"]
-        return SearchResult(strategy, makespan, peak, fits, winner, time.perf_counter() - t0, info)
+        return SearchResult(strategy, makespan, peak, fits, winner, total, info)
 
 
 def describe_search(info) -> str:

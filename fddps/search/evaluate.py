@@ -48,9 +48,9 @@ import pandas as pd
 
 from ..graph import OpGraph
 from ..simulate import simulate
-from ..strategy.expand import _box_bytes, _intersect, _tensor_box, expand, part_task, task_aliases
-from ..strategy.ops import SHAPE_ONLY_OPS, NotDescribed, resolve
-from ..strategy.strategy import Strategy, parts, validate
+from ..strategy.expand import expand, op_layout, op_records, task_aliases
+from ..strategy.ops import NotDescribed, resolve
+from ..strategy.strategy import Strategy, validate
 
 #: Default weight of memory over capacity: the cost is multiplied by
 #: ``1 + MEMORY_PENALTY * overflow``, overflow being the excess bytes over the
@@ -201,95 +201,20 @@ class StrategyEvaluator:
         return self._layouts[key]
 
     def _new_layout(self, name, cfg):
-        op, dims = self.step.ops[name], self.dims[name]
-        op_parts = parts(op, cfg, dims) if dims is not None else parts(op, cfg)
-        split = cfg.num_parts > 1
-        names = [part_task(name, p.index) if split else name for p in op_parts]
-        partial = split and any(cfg.split.get(d, 1) > 1 for d in dims.reduction)
-        out = []
-        for k, shape in enumerate(op.output_shapes):
-            whole = tuple((0, s or 1) for s in (shape or ()))
-            entries = [(t, p.device, _tensor_box(dims.outputs[k], shape, p.box) if split else whole)
-                       for p, t in zip(op_parts, names)]
-            item = op.output_itemsizes[k] if k < len(op.output_itemsizes) else 0
-            out.append((entries, item, partial))
-        return op_parts, names, out
+        return op_layout(self.step.ops[name], cfg, self.dims[name])
 
     def _fragment(self, name, configs, layouts):
-        """The records expand() emits for op ``name``: tasks, edges, reduce requests, in order."""
-        op, dims, cfg = self.step.ops[name], self.dims[name], configs[name]
-        op_parts, names_j, _ = layouts[name]
-        split = cfg.num_parts > 1
-        stats_split = split and any(cfg.split.get(d, 1) > 1 for d in dims.stats)
-        whole_in = [tuple((0, s or 1) for s in (shape or ())) for shape in op.input_shapes]
+        """The records expand() emits for op ``name`` (:func:`~fddps.strategy.expand.op_records`),
+        a task's or reduce's row replaced by its index in the returned rows."""
         recs, rows = [], []
-
-        def task(tname, dev, op_type, flops, in_bytes, out_bytes, param_bytes=0.0):
-            recs.append(("T", tname, dev, len(rows)))
-            rows.append(dict(name=tname, op_type=op_type, flops=flops, input_bytes=in_bytes,
-                             output_bytes=out_bytes, param_bytes=param_bytes))
-
-        def feed(src, port, box, consumer, dev):
-            entries, itemsize, partial = layouts[src][2][port]
-            if not partial:
-                source = {}
-                for t, pdev, pbox in entries:
-                    if pbox not in source or (pdev == dev and source[pbox][1] != dev):
-                        source[pbox] = (t, pdev)
-                for pbox, (t, pdev) in source.items():
-                    inter = _intersect(pbox, box)
-                    if inter is not None:
-                        recs.append(("E", t, consumer,
-                                     0.0 if pdev == dev else _box_bytes(inter, itemsize)))
-                return
-            overlapping = [(t, d, _intersect(b, box)) for t, d, b in entries]
-            overlapping = [(t, d, 0.0 if d == dev else _box_bytes(b, itemsize))
-                           for t, d, b in overlapping if b is not None]
-            size = _box_bytes(box, itemsize)
-            recs.append(("R", (src, port, box, dev), consumer, overlapping, len(rows)))
-            rows.append(dict(name=f"{src}/fddps_reduce_{port}", op_type="AddN",
-                             flops=size / max(itemsize, 1) * (len(overlapping) - 1),
-                             input_bytes=size * len(overlapping), output_bytes=size,
-                             param_bytes=0.0))
-
-        for p, t in zip(op_parts, names_j):
-            if split:
-                share = np.prod([(b - a) / dims.extent[d] for d, (a, b) in p.box.items()])
-                in_boxes = [_tensor_box(m, s, p.box) for m, s in zip(dims.inputs, op.input_shapes)]
-                out_boxes = [_tensor_box(m, s, p.box) for m, s in zip(dims.outputs, op.output_shapes)]
-                task(t, p.device, op.op_type, op.flops * share,
-                     sum(_box_bytes(b, i) for b, i in zip(in_boxes, op.input_itemsizes)),
-                     sum(_box_bytes(b, i) for b, i in zip(out_boxes, op.output_itemsizes)),
-                     op.param_bytes * share)
+        for r in op_records(self.step.ops[name], configs[name], self.dims[name], layouts[name],
+                            lambda src, port: layouts[src][2][port],
+                            lambda src: layouts[src][1]):
+            if r[0] in ("T", "R"):
+                recs.append((*r[:-1], len(rows)))
+                rows.append(r[-1])
             else:
-                in_boxes = whole_in
-                task(t, p.device, op.op_type, op.flops, op.input_bytes, op.output_bytes,
-                     op.param_bytes)
-            target = t
-            if stats_split:
-                target = f"{t}/stats"
-                task(target, p.device, "Sum", 2 * _box_bytes(in_boxes[0], 1),
-                     _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
-                recs.append(("E", target, t, 0.0))
-            for k, (src, port) in enumerate(op.inputs):
-                if op.op_type in SHAPE_ONLY_OPS:  # as expand: no bytes move
-                    recs.extend(("E", t, target, 0.0) for t, _, _ in layouts[src][2][port][0])
-                    continue
-                before = len(recs)
-                feed(src, port, in_boxes[k], target, p.device)
-                if k == 0 and len(recs) - before > 1:
-                    recs.append(("G", target))  # as expand's gathers
-            for src in op.control_inputs:
-                recs.extend(("E", s, target, 0.0) for s in layouts[src][1])
-        if stats_split:
-            channels = [d for d in dims.dims if d not in dims.stats]
-            for p, t in zip(op_parts, names_j):
-                for q, other in zip(op_parts, names_j):
-                    if q is p or any(p.box[d] != q.box[d] for d in channels):
-                        continue
-                    nbytes = 0.0 if p.device == q.device else 2 * 4 * float(np.prod(
-                        [b - a for d, (a, b) in p.box.items() if d in channels]))
-                    recs.append(("E", f"{t}/stats", other, nbytes))
+                recs.append(r)
         return recs, rows
 
     def _build(self, names, configs, costed=True):

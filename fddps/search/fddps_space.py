@@ -122,10 +122,15 @@ class FDDPSSpaceSearch(StrategySearch):
         Options of the FD-DPS scheduler (:class:`fddps.algorithms.fddps.FDDPS`)
         for both the whole ops and the parts.
     time_budget : float, optional
-        Seconds: choosing stops at half of them (the ops left stay whole), and
-        no further set of splits is tried past them (one try may overrun it;
-        ``info["out_of_time"]`` says whether it cut). Without it the search
-        is deterministic; with it, it cuts where the machine allows.
+        Seconds: choosing stops at ``choose_share`` of them (the ops left stay
+        whole), and no set of splits but the first is tried past them (so one
+        try may overrun it; ``info["out_of_time"]`` says whether it cut). Without it the
+        search is deterministic; with it, it cuts where the machine allows.
+    choose_share : float
+        The share of ``time_budget`` after which choosing stops (default 0.5,
+        leaving time to try the splits). ``1`` cuts nothing before the budget
+        runs out, so a search that finishes within its budget returns what it
+        returns without one (``"auto"`` runs it so).
     writable : bool
         Only configurations the GraphDef rewrite writes (:func:`fddps.tf.place` sets it).
     memory_penalty : float
@@ -138,7 +143,7 @@ class FDDPSSpaceSearch(StrategySearch):
     name = "fddps_space"
     options = dict(critical_slack=0.1, min_gain=0.05, max_dims=2, rounds=2, fddps_options=None,
                    time_budget=None, writable=False, memory_penalty=MEMORY_PENALTY,
-                   progress=False)
+                   progress=False, choose_share=0.5)
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -153,6 +158,10 @@ class FDDPSSpaceSearch(StrategySearch):
         self.max_dims = positive("max_dims", self.max_dims, integer=True, allow_none=False)
         self.rounds = positive("rounds", self.rounds, integer=True, allow_none=False)
         self.time_budget = positive("time_budget", self.time_budget)
+        if not isinstance(self.choose_share, (int, float)) or isinstance(self.choose_share, bool) \
+                or not 0 < self.choose_share <= 1:
+            raise SearchError(f"option 'choose_share' must be a number in (0, 1], got "
+                              f"{self.choose_share!r}")
         if self.fddps_options is not None and not isinstance(self.fddps_options, dict):
             raise SearchError(f"option 'fddps_options' must be a dict of FD-DPS options, got "
                               f"{self.fddps_options!r}")
@@ -279,13 +288,15 @@ class FDDPSSpaceSearch(StrategySearch):
         self._out_of_time = False
         budget = self.time_budget
         chosen = self.choose(ev, step, start, candidates, bar,
-                             None if budget is None else t0 + budget / 2)
+                             None if budget is None else t0 + budget * self.choose_share)
         bar.close()
         t_choose = time.perf_counter() - t0
         ranked = sorted(chosen, key=lambda c: -c[2])
         keep, infeasible, best_step = len(ranked), 0, None
         while keep >= 1:
-            if budget is not None and time.perf_counter() - t0 > budget:
+            # The first set is tried whatever the time (the splits chosen so far are worth one
+            # try); no further one past the budget.
+            if budget is not None and keep < len(ranked) and time.perf_counter() - t0 > budget:
                 self._out_of_time = True
                 break
             try:

@@ -49,7 +49,10 @@ class FlexFlowSearch(StrategySearch):
         Proposals in all (shared equally by the chains). Default 1000.
     time_budget : float, optional
         Seconds in all, the evaluator's set-up included; each chain gets an
-        equal share of what is left when it starts.
+        equal share of what is left when it starts. Once it is spent, the
+        starts not yet begun are skipped (not even simulated; the first chain
+        always runs), so the search overruns it by at most its set-up, one
+        start's simulation and one proposal.
     beta : float
         Inverse temperature for relative cost changes (default 50: a proposal
         2% worse is accepted with probability ``exp(-1)``).
@@ -107,6 +110,8 @@ class FlexFlowSearch(StrategySearch):
         bar = tqdm(total=per_chain * n_chains, desc="flexflow", unit="proposal",
                    disable=not self.progress)
         for c, (start_name, strategy) in enumerate(starts.items()):
+            if deadline is not None and best is not None and time.perf_counter() > deadline:
+                break  # out of time: each further start would cost a full simulation
             current = ev.reset(strategy)
             start_costs[start_name] = current.makespan
             chain_best = current

@@ -120,6 +120,143 @@ def task_aliases(op_types, names, gathers):
     return [t in ALIAS_OP_TYPES and n not in gathers for t, n in zip(op_types, names)]
 
 
+def op_layout(op, cfg, dims):
+    """Where op ``op``'s outputs live under configuration ``cfg``.
+
+    ``dims`` is :func:`~fddps.strategy.ops.resolve`'s description of ``op``
+    (``None`` for an op without one: it is then whole).
+
+    Returns
+    -------
+    (parts, tasks, outputs)
+        Its :class:`~fddps.strategy.strategy.Part` list, their task names
+        (``op.name`` itself when whole) and per output port ``(entries,
+        itemsize, partial)``: ``entries`` the ``(task, device, box)`` holding
+        each piece, ``partial`` whether the pieces are partial sums (a
+        reduction dimension split).
+    """
+    op_parts = parts(op, cfg, dims) if dims is not None else parts(op, cfg)
+    split = cfg.num_parts > 1
+    names = [part_task(op.name, p.index) if split else op.name for p in op_parts]
+    partial = split and any(cfg.split.get(d, 1) > 1 for d in dims.reduction)
+    outputs = []
+    for k, shape in enumerate(op.output_shapes):
+        whole = tuple((0, s or 1) for s in (shape or ()))
+        entries = [(t, p.device, _tensor_box(dims.outputs[k], shape, p.box) if split else whole)
+                   for p, t in zip(op_parts, names)]
+        itemsize = op.output_itemsizes[k] if k < len(op.output_itemsizes) else 0
+        outputs.append((entries, itemsize, partial))
+    return op_parts, names, outputs
+
+
+def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> list:
+    """The task-graph records expanding one op, in :func:`expand`'s order.
+
+    Parameters
+    ----------
+    op : OpInfo
+    cfg : OpConfig
+    dims : resolved description or None (as :func:`op_layout`)
+    layout : tuple
+        ``op_layout(op, cfg, dims)``.
+    source : callable
+        ``source(src, port)``: the producer's ``(entries, itemsize, partial)``.
+    control_tasks : callable
+        ``control_tasks(src)``: the task names of a control input.
+    apart : bool
+        As :func:`expand`'s.
+
+    Returns
+    -------
+    list of records:
+        ``("T", task, device, row)``: a task and its cost-model row;
+        ``("E", src_task, dst_task, bytes)``: an edge;
+        ``("R", key, consumer, [(task, device, bytes)], row)``: ``consumer`` reads
+        partial sums through a reduce task on device ``key[3]``, one per
+        distinct ``key`` (the first record of a key creates it, fed by the
+        listed pieces);
+        ``("G", task)``: ``task`` assembles its first input from several pieces
+        (a buffer of its own: :func:`task_aliases`).
+    """
+    op_parts, names_j, _ = layout
+    split = cfg.num_parts > 1
+    stats_split = split and any(cfg.split.get(d, 1) > 1 for d in dims.stats)
+    whole_in = [tuple((0, s or 1) for s in (shape or ())) for shape in op.input_shapes]
+    recs = []
+
+    def task(name, dev, op_type, flops, in_bytes, out_bytes, param_bytes=0.0):
+        recs.append(("T", name, dev, dict(name=name, op_type=op_type, flops=flops,
+                                          input_bytes=in_bytes, output_bytes=out_bytes,
+                                          param_bytes=param_bytes)))
+
+    def feed(src, port, box, consumer, dev):
+        """Records bringing ``box`` of tensor (src, port) to task ``consumer`` on ``dev``."""
+        entries, itemsize, partial = source(src, port)
+        if not partial:
+            # Parts holding the same box hold the same values (replicas, as batch
+            # norm's statistics after their exchange): read one, a local one if any.
+            held = {}
+            for t, pdev, pbox in entries:
+                if pbox not in held or (pdev == dev and held[pbox][1] != dev):
+                    held[pbox] = (t, pdev)
+            for pbox, (t, pdev) in held.items():
+                inter = _intersect(pbox, box)
+                if inter is not None:
+                    local = pdev == dev and not apart
+                    recs.append(("E", t, consumer, 0.0 if local else _box_bytes(inter, itemsize)))
+            return
+        overlapping = [(t, d, _intersect(b, box)) for t, d, b in entries]
+        overlapping = [(t, d, 0.0 if d == dev and not apart else _box_bytes(b, itemsize))
+                       for t, d, b in overlapping if b is not None]
+        size = _box_bytes(box, itemsize)
+        key = (src, port, box, dev) + ((consumer,) if apart else ())
+        recs.append(("R", key, consumer, overlapping,
+                     dict(name=f"{src}/fddps_reduce_{port}", op_type="AddN",
+                          flops=size / max(itemsize, 1) * (len(overlapping) - 1),
+                          input_bytes=size * len(overlapping), output_bytes=size,
+                          param_bytes=0.0)))
+
+    for p, t in zip(op_parts, names_j):
+        if split:
+            share = np.prod([(b - a) / dims.extent[d] for d, (a, b) in p.box.items()])
+            in_boxes = [_tensor_box(m, s, p.box) for m, s in zip(dims.inputs, op.input_shapes)]
+            out_boxes = [_tensor_box(m, s, p.box) for m, s in zip(dims.outputs, op.output_shapes)]
+            task(t, p.device, op.op_type, op.flops * share,
+                 sum(_box_bytes(b, i) for b, i in zip(in_boxes, op.input_itemsizes)),
+                 sum(_box_bytes(b, i) for b, i in zip(out_boxes, op.output_itemsizes)),
+                 op.param_bytes * share)
+        else:
+            in_boxes = whole_in
+            task(t, p.device, op.op_type, op.flops, op.input_bytes, op.output_bytes,
+                 op.param_bytes)
+        target = t
+        if stats_split:  # the statistics first, exchanged, then the part itself
+            target = f"{t}/stats"
+            task(target, p.device, "Sum", 2 * _box_bytes(in_boxes[0], 1),
+                 _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
+            recs.append(("E", target, t, 0.0))
+        for k, (src, port) in enumerate(op.inputs):
+            if op.op_type in SHAPE_ONLY_OPS:  # ordered after its input, reads no bytes
+                recs.extend(("E", s, target, 0.0) for s, _, _ in source(src, port)[0])
+                continue
+            before = len(recs)
+            feed(src, port, in_boxes[k], target, p.device)
+            if k == 0 and len(recs) - before > 1:
+                recs.append(("G", target))  # assembles its input from pieces: a new buffer
+        for src in op.control_inputs:
+            recs.extend(("E", s, target, 0.0) for s in control_tasks(src))
+    if stats_split:
+        channels = [d for d in dims.dims if d not in dims.stats]
+        for p, t in zip(op_parts, names_j):
+            for q, other in zip(op_parts, names_j):
+                if q is p or any(p.box[d] != q.box[d] for d in channels):
+                    continue
+                nbytes = 0.0 if p.device == q.device and not apart else 2 * 4 * float(np.prod(
+                    [b - a for d, (a, b) in p.box.items() if d in channels]))
+                recs.append(("E", f"{t}/stats", other, nbytes))
+    return recs
+
+
 def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
     """The task graph of ``strategy`` on ``cluster``, costed by ``cost_model``.
 
@@ -148,40 +285,10 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
     rows, names, device, edges = [], [], {}, []
     tasks, layouts, reduces, gathers = {}, {}, {}, set()
 
-    def add_task(name, dev, op_type, flops, in_bytes, out_bytes, param_bytes=0.0):
+    def add_task(name, dev, row):
         names.append(name)
         device[name] = dev
-        rows.append(dict(name=name, op_type=op_type, flops=flops, input_bytes=in_bytes,
-                         output_bytes=out_bytes, param_bytes=param_bytes))
-
-    def feed(src, port, box, consumer, dev):
-        """Edges bringing ``box`` of tensor (src, port) to task ``consumer`` on ``dev``."""
-        entries, itemsize, partial = layouts[src, port]
-        if not partial:
-            # Parts holding the same box hold the same values (replicas, as batch
-            # norm's statistics after their exchange): read one, a local one if any.
-            source = {}
-            for task, pdev, pbox in entries:
-                if pbox not in source or (pdev == dev and source[pbox][1] != dev):
-                    source[pbox] = (task, pdev)
-            for pbox, (task, pdev) in source.items():
-                inter = _intersect(pbox, box)
-                if inter is not None:
-                    local = pdev == dev and not apart
-                    edges.append((task, consumer, 0.0 if local else _box_bytes(inter, itemsize)))
-            return
-        key = (src, port, box, consumer if apart else dev)
-        if key not in reduces:
-            name = f"{src}/fddps_reduce_{port}_{len(reduces)}"
-            overlapping = [(t, d, _intersect(b, box)) for t, d, b in entries]
-            overlapping = [(t, d, b) for t, d, b in overlapping if b is not None]
-            size = _box_bytes(box, itemsize)
-            add_task(name, dev, "AddN", size / max(itemsize, 1) * (len(overlapping) - 1),
-                     size * len(overlapping), size)
-            for t, d, b in overlapping:
-                edges.append((t, name, 0.0 if d == dev and not apart else _box_bytes(b, itemsize)))
-            reduces[key] = name
-        edges.append((reduces[key], consumer, 0.0))
+        rows.append(dict(row, name=name))
 
     for name, op in step.ops.items():
         cfg = strategy.config(name)
@@ -189,59 +296,24 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
             dims = resolve(op)
         except NotDescribed:
             dims = None
-        op_parts = parts(op, cfg, dims) if dims is not None else parts(op, cfg)
-        split = cfg.num_parts > 1
-        in_shapes, out_shapes = op.input_shapes, op.output_shapes
-        whole_in = [tuple((0, s or 1) for s in (shape or ())) for shape in in_shapes]
-        whole_out = [tuple((0, s or 1) for s in (shape or ())) for shape in out_shapes]
-        names_j = [part_task(name, p.index) if split else name for p in op_parts]
-        tasks[name] = names_j
-        partial = split and any(cfg.split.get(d, 1) > 1 for d in dims.reduction)
-        stats_split = split and any(cfg.split.get(d, 1) > 1 for d in dims.stats)
-        out_entries = [[] for _ in out_shapes]
-        for p, task in zip(op_parts, names_j):
-            if split:
-                share = np.prod([(b - a) / dims.extent[d] for d, (a, b) in p.box.items()])
-                in_boxes = [_tensor_box(m, s, p.box) for m, s in zip(dims.inputs, in_shapes)]
-                out_boxes = [_tensor_box(m, s, p.box) for m, s in zip(dims.outputs, out_shapes)]
-                add_task(task, p.device, op.op_type, op.flops * share,
-                         sum(_box_bytes(b, i) for b, i in zip(in_boxes, op.input_itemsizes)),
-                         sum(_box_bytes(b, i) for b, i in zip(out_boxes, op.output_itemsizes)),
-                         op.param_bytes * share)
-            else:
-                in_boxes, out_boxes = whole_in, whole_out
-                add_task(task, p.device, op.op_type, op.flops, op.input_bytes, op.output_bytes,
-                         op.param_bytes)
-            target = task
-            if stats_split:  # the statistics first, exchanged, then the part itself
-                target = f"{task}/stats"
-                add_task(target, p.device, "Sum", 2 * _box_bytes(in_boxes[0], 1),
-                         _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
-                edges.append((target, task, 0.0))
-            for k, (src, port) in enumerate(op.inputs):
-                if op.op_type in SHAPE_ONLY_OPS:  # ordered after its input, reads no bytes
-                    edges.extend((t, target, 0.0) for t, _, _ in layouts[src, port][0])
-                    continue
-                before = len(edges)
-                feed(src, port, in_boxes[k], target, p.device)
-                if k == 0 and len(edges) - before > 1:
-                    gathers.add(target)  # assembles its input from pieces: a new buffer
-            for src in op.control_inputs:
-                edges.extend((t, target, 0.0) for t in tasks[src])
-            for k, box in enumerate(out_boxes):
-                out_entries[k].append((task, p.device, box))
-        if stats_split:
-            channels = [d for d in dims.dims if d not in dims.stats]
-            for p, task in zip(op_parts, names_j):
-                for q, other in zip(op_parts, names_j):
-                    if q is p or any(p.box[d] != q.box[d] for d in channels):
-                        continue
-                    nbytes = 0.0 if p.device == q.device and not apart else 2 * 4 * float(np.prod(
-                        [b - a for d, (a, b) in p.box.items() if d in channels]))
-                    edges.append((f"{task}/stats", other, nbytes))
-        for k in range(len(out_shapes)):
-            layouts[name, k] = (out_entries[k], op.output_itemsizes[k] if k < len(op.output_itemsizes)
-                                else 0, partial)
+        layouts[name] = op_layout(op, cfg, dims)
+        tasks[name] = layouts[name][1]
+        for rec in op_records(op, cfg, dims, layouts[name], lambda src, port: layouts[src][2][port],
+                              tasks.get, apart):
+            kind = rec[0]
+            if kind == "T":
+                add_task(rec[1], rec[2], rec[3])
+            elif kind == "E":
+                edges.append(rec[1:])
+            elif kind == "G":
+                gathers.add(rec[1])
+            else:  # a reduce of partial sums: created by its key's first reader
+                _, key, consumer, overlapping, row = rec
+                if key not in reduces:
+                    reduces[key] = f"{key[0]}/fddps_reduce_{key[1]}_{len(reduces)}"
+                    add_task(reduces[key], key[3], row)
+                    edges.extend((t, reduces[key], nbytes) for t, _, nbytes in overlapping)
+                edges.append((reduces[key], consumer, 0.0))
     table = pd.DataFrame(rows)
     types = list(dict.fromkeys(d.type for d in cluster.devices))
     cost = np.column_stack([np.asarray(cost_model.op_times(table, t), dtype=np.float64)

@@ -1,0 +1,132 @@
+"""Should ``algorithm="auto"`` be :func:`fddps.place`'s default? Its predicted step and search time
+against the default's (``"fddps"``), as a user calls ``place`` (issue 15).
+
+For each ``slim_models`` network at ``--batch`` (CIFAR-10 size) on ``--devices``
+simulated P100s (``costmodel.default_cost_model("p100")``), and for README's
+GraphDef quick start (ResNet-50, batch 8, on 4 CPU devices of this process,
+which share its cores; cost model of this machine's CPU, unpinned, as a user
+gets it): ``fddps.place(graph_def, devices, fetches=[train_op, loss])`` with
+the default algorithm and with ``algorithm="auto"`` (``--budget`` seconds,
+auto's default 60). Reported per row: the predicted step of what the placed
+graph runs (``step_ms``: the executor's order for the default, which
+``place`` does not enforce unless its order guard says so; the simulated
+strategy for ``auto``), the scheduled-order step of the default
+(``scheduled_ms``), ``place``'s wall-clock seconds (reading the graph,
+searching, writing the placed graph), and for ``auto`` the search that won.
+
+Wall-clock times are of a machine shared with other jobs: compare them as ratios
+within the run.
+
+Run::
+
+    python -m experiments.auto_default                     # six networks + quick start
+    python -m experiments.auto_default --models vgg16 --budget 10 --no-quickstart
+    python -m experiments.auto_default --quick             # a smoke test (~1 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+
+from experiments.common import (COST_MODEL_NOTE, MODELS, RESULTS, build_model, device_names,
+                                matplotlib_agg, save_csv_and_plot, tf_quiet)
+
+DEFAULT = "fddps"  # fddps.place's default algorithm when this experiment decided
+
+
+def place_both(graph_def, devices, fetches, cost_model, budget) -> list:
+    """``fddps.place`` with the default algorithm and with ``auto``: one dict per algorithm."""
+    import fddps
+
+    rows = []
+    for algorithm, options in ((DEFAULT, {}), ("auto", dict(time_budget=budget))):
+        t = time.perf_counter()
+        p = fddps.place(graph_def, devices, cost_model=cost_model, fetches=fetches,
+                        algorithm=algorithm, **options)
+        seconds = time.perf_counter() - t
+        found = p.info.get("search_info", {})
+        rows.append(dict(algorithm=algorithm, step_ms=p.executor_makespan * 1e3,
+                         scheduled_ms=p.makespan * 1e3, place_s=seconds,
+                         winner=found.get("winner", ""),
+                         skipped=",".join(found.get("skipped", {})),
+                         cut=",".join(found.get("cut", []))))
+    return rows
+
+
+def run(models, batch, devices, budget, quickstart=True, dataset="cifar10"):
+    """One row per (case, algorithm)."""
+    tf_quiet()
+    from costmodel import default_cost_model
+
+    rows = []
+    cases = [(m, batch, device_names(devices), default_cost_model("p100")) for m in models]
+    if quickstart:  # README: resnet50, batch 8, 4 CPU devices of one process, the CPU preset
+        cases.append(("resnet50 (quick start, CPU)", 8, [f"/device:CPU:{i}" for i in range(4)],
+                      default_cost_model()))
+    for case, b, devs, cm in cases:
+        m = build_model(case.split(" ")[0], b, dataset=dataset)
+        fetches = [m.train_op.name, m.loss.name]
+        for r in place_both(m.graph_def, devs, fetches, cm, budget):
+            rows.append(dict(case=case, batch=b, devices=len(devs), **r))
+            print(f"  {case:<28} {r['algorithm']:<6} {r['step_ms']:9.3f} ms  "
+                  f"{r['place_s']:7.1f} s  {r['winner']}", flush=True)
+    df = pd.DataFrame(rows)
+    base = df[df.algorithm == DEFAULT].set_index("case")
+    df["step_vs_default"] = df["step_ms"] / df["case"].map(base["step_ms"])
+    df["time_vs_default"] = df["place_s"] / df["case"].map(base["place_s"])
+    return df
+
+
+def _plot(df, png):
+    plt = matplotlib_agg()
+    auto = df[df.algorithm == "auto"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    x = np.arange(len(auto))
+    labels = [c.replace(" (quick start, CPU)", "\nquick start") for c in auto["case"]]
+    axes[0].bar(x, auto["step_vs_default"], color="C0")
+    axes[0].axhline(1.0, color="grey", lw=0.8)
+    axes[0].set_ylim(0, 1.2)
+    axes[0].set_ylabel(f"auto's predicted step / {DEFAULT}'s")
+    axes[1].bar(x, auto["time_vs_default"], color="C1")
+    axes[1].set_yscale("log")
+    axes[1].set_ylim(bottom=1.0)  # the bars rise from "as long as the default"
+    axes[1].set_ylabel(f"auto's place() seconds / {DEFAULT}'s")
+    for ax in axes:
+        ax.set_xticks(x, labels, fontsize=7, rotation=30)
+    for i, (s, w) in enumerate(zip(auto["step_vs_default"], auto["winner"])):
+        axes[0].annotate(f"{s:.2f}\n{w}", (i, s), ha="center", va="bottom", fontsize=6)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--devices", type=int, default=4)
+    p.add_argument("--budget", type=float, default=60.0, help="auto's time_budget (its default: 60)")
+    p.add_argument("--no-quickstart", action="store_true",
+                   help="leave out README's quick start (ResNet-50 on 4 local CPU devices)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: vgg16 at batch 2 on 2 GPUs, auto with 5 s, no quick start")
+    p.add_argument("--out", default=str(RESULTS / "auto_default.csv"))
+    args = p.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    batch, devices, budget, quickstart = args.batch, args.devices, args.budget, not args.no_quickstart
+    if args.quick:
+        models, batch, devices, budget, quickstart = ["vgg16"], 2, 2, 5.0, False
+    df = run(models, batch, devices, budget, quickstart)
+    print(f"fddps.place: default ({DEFAULT}) vs auto ({budget:g} s), batch {batch}, CIFAR-10 "
+          f"size, {devices} simulated P100s. {COST_MODEL_NOTE}")
+    print(df.round(3).to_string(index=False))
+    save_csv_and_plot(df, args.out, _plot)
+    return df
+
+
+if __name__ == "__main__":
+    main()

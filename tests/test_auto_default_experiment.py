@@ -1,0 +1,18 @@
+"""Smoke test of experiments/auto_default.py (fddps.place's default against auto, issue 15)."""
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+
+@pytest.mark.slow
+def test_auto_default_quick_mode_compares_both_algorithms(tmp_path):
+    from experiments import auto_default
+
+    df = auto_default.main(["--quick", "--out", str(tmp_path / "a.csv")])
+    assert (tmp_path / "a.csv").exists() and (tmp_path / "a.png").exists()
+    assert list(df["algorithm"]) == [auto_default.DEFAULT, "auto"]
+    assert (df["step_ms"] > 0).all() and (df["place_s"] > 0).all()
+    auto = df[df.algorithm == "auto"].iloc[0]
+    assert auto["winner"] and auto["step_vs_default"] > 0
+    assert df[df.algorithm == auto_default.DEFAULT].iloc[0]["step_vs_default"] == 1.0
