@@ -210,6 +210,44 @@ def whole_placement(placement: Mapping, default_device: str) -> Strategy:
 VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2", "Variable", "TemporaryVariable"})
 
 
+#: Op types of a variable's colocation group that the TensorFlow rewrite writes split:
+#: one shard variable per part, each read and updated by its own part
+#: (:mod:`fddps.tf.variable_shards`).
+SHARDED_VARIABLE_OPS = frozenset({"VarHandleOp", "ReadVariableOp", "ResourceApplyMomentum",
+                                  "ResourceApplyGradientDescent", "ResourceApplyAdam"})
+
+
+def shardable_groups(step) -> dict:
+    """Variable colocation group -> its tied ops, for the groups the TensorFlow rewrite can
+    write split (shard variables): every tied op of the group is of
+    :data:`SHARDED_VARIABLE_OPS`, its variables (the weight and its optimizer
+    slots) have one shape, and no op outside the step uses a variable's handle
+    in a way the rewrite cannot write (``OpInfo.attrs["unshardable"]``, set by
+    :func:`fddps.tf.strategy_graph.step_graph`).
+
+    Example
+    -------
+    >>> from fddps.strategy.graph import OpInfo, StepGraph
+    >>> step = StepGraph([OpInfo("w", "VarHandleOp", param_shape=(4, 2), group="w", tied=True),
+    ...                   OpInfo("r", "ReadVariableOp", inputs=(("w", 0),), group="w", tied=True)])
+    >>> shardable_groups(step)
+    {'w': ('w', 'r')}
+    """
+    groups = {}
+    for name, op in step.ops.items():
+        if op.tied and op.group is not None:
+            groups.setdefault(op.group, []).append(name)
+    out = {}
+    for group, names in groups.items():
+        ops = [step.ops[n] for n in names]
+        variables = [op for op in ops if op.op_type == "VarHandleOp"]
+        if (variables and all(op.op_type in SHARDED_VARIABLE_OPS for op in ops)
+                and len({op.param_shape for op in variables}) == 1
+                and not any(op.attrs.get("unshardable") for op in variables)):
+            out[group] = tuple(names)
+    return out
+
+
 def _variable_groups(step) -> set:
     return {op.group for op in step.ops.values()
             if op.group is not None and op.op_type in VARIABLE_TYPES}
