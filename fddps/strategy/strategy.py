@@ -218,12 +218,15 @@ SHARDED_VARIABLE_OPS = frozenset({"VarHandleOp", "ReadVariableOp", "ResourceAppl
 
 
 def shardable_groups(step) -> dict:
-    """Variable colocation group -> its tied ops, for the groups the TensorFlow rewrite can
-    write split (shard variables): every tied op of the group is of
-    :data:`SHARDED_VARIABLE_OPS`, its variables (the weight and its optimizer
+    """Colocation group -> its tied ops, for the groups the TensorFlow rewrite can write
+    split. A variable's group (shard variables): every tied op of the group is
+    of :data:`SHARDED_VARIABLE_OPS`, its variables (the weight and its optimizer
     slots) have one shape, and no op outside the step uses a variable's handle
     in a way the rewrite cannot write (``OpInfo.attrs["unshardable"]``, set by
-    :func:`fddps.tf.strategy_graph.step_graph`).
+    :func:`fddps.tf.strategy_graph.step_graph`). A group without a variable
+    (TensorFlow colocates a gradient's ``tuple/control_dependency`` and sums
+    with the op that computes it) when none of its ops uses a variable: the
+    rewrite drops the colocation attribute and names the devices itself.
 
     Example
     -------
@@ -241,7 +244,10 @@ def shardable_groups(step) -> dict:
     for group, names in groups.items():
         ops = [step.ops[n] for n in names]
         variables = [op for op in ops if op.op_type == "VarHandleOp"]
-        if (variables and all(op.op_type in SHARDED_VARIABLE_OPS for op in ops)
+        if not any(op.op_type in VARIABLE_TYPES or op.op_type in SHARDED_VARIABLE_OPS
+                   for op in ops):
+            out[group] = tuple(names)
+        elif (variables and all(op.op_type in SHARDED_VARIABLE_OPS for op in ops)
                 and len({op.param_shape for op in variables}) == 1
                 and not any(op.attrs.get("unshardable") for op in variables)):
             out[group] = tuple(names)
