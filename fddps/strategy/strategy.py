@@ -551,6 +551,38 @@ def mixed(step, devices: Sequence[str]) -> Strategy:
     return Strategy(configs, devices[0], name="mixed")
 
 
+def shard_variables(step, strategy: Strategy, devices: Sequence[str], dim: str = "c") -> Strategy:
+    """``strategy`` with every shardable variable group (:func:`shardable_groups` with a
+    variable) split along the variables' dimension ``dim`` over the first devices.
+
+    ``dim`` names the variable's axis as its generic letters do
+    (:data:`fddps.strategy.ops.GENERIC_AXES`): ``"c"``, the last axis, is a
+    MatMul weight's output columns, a convolution filter's output channels, a
+    bias's channels, so that a :func:`parameter_split` of the layers reads its
+    weight shards where they are. Each group gets ``min(len(devices), extent)``
+    parts; groups without ``dim``, or with an extent of 1, keep their configuration.
+
+    Example
+    -------
+    >>> from fddps.strategy.graph import OpInfo, StepGraph
+    >>> step = StepGraph([OpInfo("w", "VarHandleOp", param_shape=(4, 6), output_shapes=((),),
+    ...                          group="w", tied=True)])
+    >>> shard_variables(step, Strategy({}, "d0"), ["d0", "d1"]).config("w")
+    OpConfig(split={'c': 2}, devices=('d0', 'd1'))
+    """
+    configs = dict(strategy.configs)
+    for group, names in shardable_groups(step).items():
+        var = next((n for n in names if step.ops[n].op_type in VARIABLE_TYPES), None)
+        if var is None:
+            continue
+        extent = resolve(step.ops[var]).extent.get(dim, 1)
+        k = min(len(devices), extent)
+        if k > 1:
+            for n in names:
+                configs[n] = OpConfig({dim: k}, tuple(devices[:k]))
+    return Strategy(configs, strategy.default_device, name=f"{strategy.name} (sharded variables)")
+
+
 def combine(*strategies, name="mixed") -> Strategy:
     """Per op, the first strategy's configuration that splits it; else the first's."""
     configs = {}
