@@ -12,7 +12,8 @@ units (batch 128, 20 unrolled steps, vocabulary 10,000: Tofu's RNN-10-8K batch)
   memory-aware ETF) on the step's op graph, with their memory constraint;
 - ``tofu``: :class:`fddps.search.tofu.Tofu` (recursive partition, DP per level;
   variables partitioned too, as in Tofu: ``writable=False``; ``--writable``
-  keeps them whole, as the TensorFlow rewrite needs);
+  only what the TensorFlow rewrite writes: variables as shard variables where
+  their group allows, batch norm unsplit along its statistics);
 
 it reports whether the step fits (every device's simulated peak within 12 GB),
 the predicted step time, the largest per-device peak and the search time.
@@ -198,7 +199,7 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=math.inf,
                    help="seconds: start no new model after this long")
     p.add_argument("--writable", action="store_true",
-                   help="tofu: only plans the TensorFlow rewrite writes (variables whole)")
+                   help="tofu: only plans the TensorFlow rewrite writes (shard variables)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     from costmodel import default_cost_model
