@@ -291,3 +291,45 @@ def test_sharded_variables_train_across_two_workers():
     np.testing.assert_allclose(got[1], ref[1], rtol=1e-5)
     for a, b, v in zip(ref[2], got[2], variables):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=v)
+
+
+def test_a_checkpoint_of_the_placed_graph_restores_into_the_original(tmp_path):
+    """The graph's own ``Saver`` ops run per shard: saving reads each variable whole
+    (its shards concatenated), restoring slices the saved value over the shards; so a
+    checkpoint written by the placed graph restores into the original, and back."""
+    g = _mlp()
+    with g.as_default():
+        v1.train.Saver(name="save")
+    gd = g.as_graph_def()
+    step = step_graph(gd, ["train", "loss"])
+    out, sharded = rewrite_strategy(gd, _sharded_strategy(step, CPUS[:2]), ["train", "loss"],
+                                    CPUS, return_shards=True)
+    assert {"w0", "w0/Momentum"} <= set(sharded)
+    reads = [f"{v}/Read/ReadVariableOp:0" for v in _variables(gd)]
+    path = str(tmp_path / "ckpt")
+
+    def session(graph_def):
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+        return v1.Session(graph=graph, config=CONFIG)
+
+    with session(out) as sess:
+        sess.run("init")
+        sess.run("train")
+        want = sess.run(reads)
+        sess.run("save/control_dependency:0", {"save/Const:0": path})
+    with session(gd) as sess:
+        sess.run("save/restore_all", {"save/Const:0": path})
+        for a, b in zip(want, sess.run(reads)):
+            np.testing.assert_array_equal(b, a)
+        sess.run("train")
+        path2 = str(tmp_path / "ckpt2")
+        sess.run("save/control_dependency:0", {"save/Const:0": path2})
+        again = sess.run(reads)
+    with session(out) as sess:
+        sess.run("save/restore_all", {"save/Const:0": path2})
+        for a, b in zip(again, sess.run(reads)):
+            np.testing.assert_array_equal(b, a)
+        gathered = gather_variables(sess, sharded, ["w0"])
+    np.testing.assert_array_equal(gathered["w0"], again[_variables(gd).index("w0")])
