@@ -152,12 +152,16 @@ def _plot(df, png):
         ratio = sub[col].to_numpy(dtype=float) / sub["capacity_mb"].to_numpy(dtype=float)
         x = np.arange(len(models)) + (j - 1.5) * width
         ax.bar(x, np.nan_to_num(ratio), width, label=what)
+        for xi, fits in zip(x, sub["fits"]):
+            if fits is False or fits == 0:  # no plan fits: nothing written (peak: the least reached)
+                if col == "variable_mb_max":
+                    ax.text(xi, 0.01, "no fit", rotation=90, fontsize=6, ha="center", va="bottom")
     ax.axhline(1.0, color="k", lw=0.8, ls="--", label="capacity")
     ax.set(xticks=np.arange(len(models)), ylabel="largest device / capacity",
            title="tofu (writable), 4 devices: largest per-device bytes")
     ax.set_xticklabels(models, fontsize=8)
     ax.title.set_fontsize(9)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.savefig(png, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
