@@ -524,7 +524,7 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=F
             controls = [f"^{t}" for c in op.control_inputs for t in tasks[c]]
             if op.op_type == "VarHandleOp":
                 dims = resolve(op)
-                tasks[name] = write_shards(w, name, op, all_parts, lambda p: _box(
+                tasks[name] = write_shards(w, name, all_parts, lambda p: _box(
                     dims.outputs[0], op.param_shape, p.box), original)
                 continue  # the whole variable is gone: its handle's users use the shards
             outs, names = write_shard_users(w, name, op, all_parts, original, controls)
@@ -589,7 +589,7 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=F
                 outs[k].append((_tensor(pname, k), box, p.device))
         tasks[name] = names
         _write_whole(w, name, op, outs, names, cfg, analysis.graph, partial)
-    write_handle_users(w, handle_users, set(step.ops))
+    write_handle_users(w, handle_users)
     retarget(out, {v: tasks[v] for v in split_vars})
     if return_shards:
         return out, sharded_table(w, analysis.graph)

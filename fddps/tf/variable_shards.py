@@ -153,7 +153,7 @@ def _shape_attr(node, shape):
         node.attr["shape"].shape.dim.add().size = int(d)
 
 
-def write_shards(w, name, op, parts_, box_of, original):
+def write_shards(w, name, parts_, box_of, original):
     """The shard ``VarHandleOp``s of variable ``name`` (one per part) and their reads.
 
     Records ``w.shards[name] = [(shard name, box, device)]``; returns the shard names.
@@ -247,12 +247,13 @@ def check_sharded_group(step, strategy, name, blockers):
                                 f"({other.op_type}) of its group is configured differently")
 
 
-def write_handle_users(w, nodes, step_names):
+def write_handle_users(w, nodes):
     """Nodes outside the step that use split variables' handles, written per shard under
     their own names (see the module notes). ``nodes``: their original NodeDefs."""
     tf = _tf()
     for node in nodes:
-        var = next(s for s in node.input if _parse_input(s)[0] in w.shards and not s.startswith("^"))
+        var = next(_parse_input(s)[0] for s in node.input
+                   if _parse_input(s)[0] in w.shards and not s.startswith("^"))
         shards = w.shards[var]
         home = shards[0][2]
         controls = [s for s in node.input if s.startswith("^")]
