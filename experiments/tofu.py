@@ -96,7 +96,7 @@ def _strategy_row(step, strategy, cluster, cm, seconds):
 
 
 def run_model(label, model, options, batch, devices, cm, capacity, algorithms=ORDER,
-              writable=False):
+              writable=False, split_variables=True):
     """One row per way of running ``model`` on ``devices`` K80s of ``capacity`` bytes."""
     from fddps.errors import InfeasibleError
     from fddps.search.tofu import Tofu
@@ -134,7 +134,8 @@ def run_model(label, model, options, batch, devices, cm, capacity, algorithms=OR
             row = _strategy_row(step, s, cluster, cm, time.perf_counter() - t)
         elif how == "tofu":
             try:
-                plan = Tofu(writable=writable).search(step, cluster, cm)
+                plan = Tofu(writable=writable, split_variables=split_variables).search(
+                    step, cluster, cm)
                 row = _strategy_row(step, plan.strategy, cluster, cm, plan.search_seconds)
                 row.update(comm_gb=plan.comm_bytes / GB, exact=plan.exact, groups=plan.groups)
             except InfeasibleError as err:
@@ -200,6 +201,8 @@ def main(argv=None):
                    help="seconds: start no new model after this long")
     p.add_argument("--writable", action="store_true",
                    help="tofu: only plans the TensorFlow rewrite writes (shard variables)")
+    p.add_argument("--whole-variables", action="store_true",
+                   help="tofu: keep variables whole (split_variables=False)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     from costmodel import default_cost_model
@@ -240,7 +243,7 @@ def main(argv=None):
             capacity = 0.6 * float(simulate_strategy(step, Strategy({}, one.names[0]), one,
                                                      cm).peak_memory.max())
         rows.extend(run_model(label, model, options, batch, devices, cm, capacity, algorithms,
-                              args.writable))
+                              args.writable, not args.whole_variables))
         pd.DataFrame(rows).to_csv(ensure_parent(out).with_suffix(".partial.csv"), index=False)
     df = pd.DataFrame(rows)
     show = df[["model", "strategy", "status", "step_seconds", "peak_max", "search_seconds"]].assign(
