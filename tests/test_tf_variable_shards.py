@@ -333,3 +333,25 @@ def test_a_checkpoint_of_the_placed_graph_restores_into_the_original(tmp_path):
             np.testing.assert_array_equal(b, a)
         gathered = gather_variables(sess, sharded, ["w0"])
     np.testing.assert_array_equal(gathered["w0"], again[_variables(gd).index("w0")])
+
+
+@pytest.mark.parametrize("split", [{"n": 2}, {"n": 2, "c": 2}])
+def test_rows_and_grids_of_shards_with_whole_readers_gather(split):
+    """A weight split by rows, or in a 2x2 grid, read by whole MatMuls: each reader
+    gathers the shards (a ConcatV2 tree), the update still runs per shard."""
+    g = _mlp()
+    gd = g.as_graph_def()
+    step = step_graph(gd, ["train", "loss"])
+    k = int(np.prod(list(split.values())))
+    group = [n for n, op in step.ops.items() if op.tied and op.group == "w1"]
+    strategy = Strategy({n: OpConfig(split, CPUS[:k]) for n in group}, CPUS[0])
+    out, sharded = rewrite_strategy(gd, strategy, ["train", "loss"], CPUS, return_shards=True)
+    assert set(sharded) == {"w1", "w1/Momentum"}
+    _check_shards(out, sharded, CPUS[:k])
+    nodes = {n.name: n for n in out.node}
+    assert any(i.startswith("layer1/ReadVariableOp/fddps_whole") for i in nodes["layer1"].input)
+    variables = _variables(gd)
+    ref, got = _run(gd, variables), _run(out, variables, sharded=sharded)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-5)
+    for a, b, v in zip(ref[2], got[2], variables):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=v)
