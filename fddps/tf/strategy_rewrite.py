@@ -520,10 +520,10 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=F
             tasks[name] = [name]
             continue
         if name in split_vars or any(src in split_vars for src, _ in op.inputs):
-            all_parts = parts(op, cfg, resolve(op))
+            dims = resolve(op)
+            all_parts = parts(op, cfg, dims)
             controls = [f"^{t}" for c in op.control_inputs for t in tasks[c]]
             if op.op_type == "VarHandleOp":
-                dims = resolve(op)
                 tasks[name] = write_shards(w, name, all_parts, lambda p: _box(
                     dims.outputs[0], op.param_shape, p.box), original)
                 continue  # the whole variable is gone: its handle's users use the shards
