@@ -12,7 +12,8 @@ units (batch 128, 20 unrolled steps, vocabulary 10,000: Tofu's RNN-10-8K batch)
   memory-aware ETF) on the step's op graph, with their memory constraint;
 - ``tofu``: :class:`fddps.search.tofu.Tofu` (recursive partition, DP per level;
   variables partitioned too, as in Tofu: ``writable=False``; ``--writable``
-  keeps them whole, as the TensorFlow rewrite needs);
+  only what the TensorFlow rewrite writes: variables as shard variables where
+  their group allows, batch norm unsplit along its statistics);
 
 it reports whether the step fits (every device's simulated peak within 12 GB),
 the predicted step time, the largest per-device peak and the search time.
@@ -99,7 +100,7 @@ def _strategy_row(step, strategy, cluster, cm, seconds):
 
 
 def run_model(label, model, options, batch, devices, cm, capacity, algorithms=ORDER,
-              writable=False):
+              writable=False, split_variables=True):
     """One row per way of running ``model`` on ``devices`` K80s of ``capacity`` bytes."""
     from fddps.errors import InfeasibleError
     from fddps.search.tofu import Tofu
@@ -137,7 +138,8 @@ def run_model(label, model, options, batch, devices, cm, capacity, algorithms=OR
             row = _strategy_row(step, s, cluster, cm, time.perf_counter() - t)
         elif how == "tofu":
             try:
-                plan = Tofu(writable=writable).search(step, cluster, cm)
+                plan = Tofu(writable=writable, split_variables=split_variables).search(
+                    step, cluster, cm)
                 row = _strategy_row(step, plan.strategy, cluster, cm, plan.search_seconds)
                 row.update(comm_gb=plan.comm_bytes / GB, exact=plan.exact, groups=plan.groups)
             except InfeasibleError as err:
@@ -206,7 +208,9 @@ def main(argv=None):
     p.add_argument("--flexflow", action="store_true",
                    help="FlexFlow's RNNLM and NMT (batch 64) on 4 simulated P100s of 16 GB")
     p.add_argument("--writable", action="store_true",
-                   help="tofu: only plans the TensorFlow rewrite writes (variables whole)")
+                   help="tofu: only plans the TensorFlow rewrite writes (shard variables)")
+    p.add_argument("--whole-variables", action="store_true",
+                   help="tofu: keep variables whole (split_variables=False)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     from costmodel import default_cost_model
@@ -253,7 +257,7 @@ def main(argv=None):
             capacity = 0.6 * float(simulate_strategy(step, Strategy({}, one.names[0]), one,
                                                      cm).peak_memory.max())
         rows.extend(run_model(label, model, options, batch, devices, cm, capacity, algorithms,
-                              args.writable))
+                              args.writable, not args.whole_variables))
         pd.DataFrame(rows).to_csv(ensure_parent(out).with_suffix(".partial.csv"), index=False)
     df = pd.DataFrame(rows).assign(gpu=gpu.name)
     show = df[["model", "strategy", "status", "step_seconds", "peak_max", "search_seconds"]].assign(

@@ -96,8 +96,9 @@ def test_delta_simulation_equals_full_simulation_on_random_proposals(cnn, cm):
 def _run_step(gd, fetches, init, variables):
     with tf.Graph().as_default() as graph:
         tf.graph_util.import_graph_def(gd, name="")
-        reads = [raw.ReadVariableOp(resource=graph.get_tensor_by_name(v.name), dtype=tf.float32)
-                 for v in variables]
+        # Each variable's own read: a sharded variable's handle is gone, its read
+        # gathers the shards under the same name.
+        reads = [f"{v.op.name}/Read/ReadVariableOp:0" for v in variables]
         with tf.compat.v1.Session(graph=graph, config=CONFIG) as sess:
             sess.run(init)
             loss = sess.run(fetches)[1]

@@ -153,18 +153,32 @@ def test_every_described_op_splits_along_each_dimension(case):
     assert [n.name for n in g.as_graph_def().node] == [n.name for n in gd.node]  # untouched
 
 
-def test_split_variables_are_refused_by_the_rewrite():
+def test_split_variables_are_written_as_shards():
+    """A variable's group split along the variable's rows: one shard per part, each
+    updated by its part (fddps.tf.variable_shards; more in test_tf_variable_shards.py)."""
     g = tf.Graph()
     with g.as_default():
-        v = tf.Variable(tf.ones([4, 3]), name="v")
+        v = tf.Variable(tf.reshape(tf.range(12.0), [4, 3]), name="v")
         acc = tf.Variable(tf.zeros([4, 3]), name="acc")
         raw.ResourceApplyMomentum(var=v.handle, accum=acc.handle, lr=tf.constant(0.1),
-                                  grad=tf.ones([4, 3]), momentum=tf.constant(0.9), name="X")
+                                  grad=_rand([4, 3], 1), momentum=tf.constant(0.9), name="X")
+        tf.compat.v1.global_variables_initializer()
     step = step_graph(g, fetches=["X"])
     group = [n for n, op in step.ops.items() if op.group == step.ops["X"].group and op.tied]
     s = Strategy({n: OpConfig({"n": 2}, CPUS[:2]) for n in group}, CPUS[0])
-    with pytest.raises(StrategyError, match="split variables are not written"):
-        rewrite_strategy(g, s, ["X"], CPUS)
+    out, shards = rewrite_strategy(g, s, ["X"], CPUS, return_shards=True)
+    assert sorted(shards) == ["acc", "v"]
+    assert [sh.slice[0] for sh in shards["v"].shards] == [slice(0, 2), slice(2, 4)]
+    results = []
+    for gd in (g.as_graph_def(), out):
+        with tf.Graph().as_default() as graph:
+            tf.graph_util.import_graph_def(gd, name="")
+            with tf.compat.v1.Session(graph=graph, config=CONFIG) as sess:
+                sess.run("init")
+                sess.run("X")
+                results.append(sess.run(["v/Read/ReadVariableOp:0", "acc/Read/ReadVariableOp:0"]))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(b, a, rtol=1e-6)
 
 
 def _train(gd, model, steps=1):

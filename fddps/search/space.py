@@ -27,7 +27,7 @@ import pandas as pd
 from ..graph import OpGraph
 from ..strategy.graph import tensor_bytes
 from ..strategy.ops import NotDescribed, resolve
-from ..strategy.strategy import OpConfig, Strategy, data_parallel, whole_placement
+from ..strategy.strategy import OpConfig, Strategy, data_parallel, shardable_groups, whole_placement
 
 
 def decision_units(step) -> list:
@@ -64,13 +64,16 @@ def unit_splits(step, unit, num_devices: int, max_dims: int = 2, writable: bool 
     extent; factors run over 2..``num_devices`` with their product at most
     ``num_devices`` and each at most the extent. Ops without a description
     leave only ``{}``. ``writable``: only splits
-    :func:`fddps.tf.strategy_rewrite.rewrite_strategy` writes (variables, their
-    reads and updates whole).
+    :func:`fddps.tf.strategy_rewrite.rewrite_strategy` writes: a tied op splits
+    only in a unit that holds its whole variable group, and only when the
+    rewrite can write that group as shard variables
+    (:func:`fddps.strategy.strategy.shardable_groups`); other tied ops stay whole.
     """
     extents = None
+    shardable = _shardable(step) if writable and any(step.ops[n].tied for n in unit) else {}
     for name in unit:
         op = step.ops[name]
-        if writable and op.tied:
+        if writable and op.tied and not set(shardable.get(op.group, (None,))) <= set(unit):
             return [{}]
         try:
             dims = resolve(op)
@@ -89,14 +92,27 @@ def unit_splits(step, unit, num_devices: int, max_dims: int = 2, writable: bool 
     return out
 
 
+def _shardable(step) -> dict:
+    """:func:`shardable_groups` of ``step``, computed once per step (searches ask per unit)."""
+    cached = getattr(step, "_fddps_shardable", None)
+    if cached is None:
+        cached = step._fddps_shardable = shardable_groups(step)
+    return cached
+
+
 def writable_strategy(step, strategy):
     """``strategy`` with every configuration the GraphDef rewrite does not write made whole
-    (on the configuration's first device); see :func:`unit_splits`."""
+    (on the configuration's first device): a split tied op unless its variable group is
+    shardable and configured alike (see :func:`unit_splits`)."""
+    shardable = _shardable(step)
+    alike = {g for g, names in shardable.items()
+             if len({(tuple(sorted(strategy.config(n).split.items())), strategy.config(n).devices)
+                     for n in names}) == 1}
     configs = {}
     for name in step.ops:
         cfg = strategy.config(name)
         if cfg.num_parts > 1:
-            if step.ops[name].tied:
+            if step.ops[name].tied and step.ops[name].group not in alike:
                 cfg = OpConfig({}, cfg.devices[:1])
         configs[name] = cfg
     return Strategy(configs, strategy.default_device, name=strategy.name)

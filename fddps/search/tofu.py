@@ -49,10 +49,13 @@ group (it split a dimension the tensor lacks: a weight under a sample split):
 ``S (k - 1)`` to a split consumer (reduce-scatter), ``S k (k - 1)`` to one needing
 it whole everywhere (all-reduce) and ``S (k - 1)`` to one part (reduce).
 
-What is kept whole: variables, their reads and updates (the TensorFlow
-rewrite does not write split variables yet; they, and the other colocation
-groups, are spread over the devices by bytes:
-:func:`fddps.strategy.strategy.group_devices`); ops without a
+Variables are partitioned with their reads, optimizer slots and update (each
+variable's ops pick one split together), so each device holds its share of
+the weights and slots, as in Tofu; with ``writable=True`` only the variables
+the TensorFlow rewrite writes as shard variables
+(:func:`fddps.strategy.strategy.shardable_groups`). What is kept whole: the
+other variables' groups and the other colocation groups, spread over the
+devices by bytes (:func:`fddps.strategy.strategy.group_devices`); ops without a
 description (on the device of their first input's first part); with
 ``writable=True`` (default) batch norm is not split along its statistics
 dimensions (the rewrite writes those since the spatial splits landed, but
@@ -96,7 +99,7 @@ from ..errors import InfeasibleError
 from .base import SearchError, SearchResult, StrategySearch, register_search
 from .evaluate import penalised_cost
 from ..strategy import NotDescribed, OpConfig, Strategy, resolve, simulate_strategy
-from ..strategy.strategy import group_devices
+from ..strategy.strategy import group_devices, shardable_groups
 from ..strategy.ops import ELEMENTWISE_OPS, SHAPE_ONLY_OPS
 
 _GRADIENT = re.compile(r"^gradients(?:_\d+)?/")
@@ -206,11 +209,11 @@ class Tofu:
         never exceed it).
     max_combos : int
         Joint choices of one coarse group before it is cut in pieces.
-    split_variables : bool, optional
+    split_variables : bool
         Partition variables too (each variable's ops -- the variable, its
         optimizer slots, reads and update -- pick one split together), so each
-        device holds its share of the weights and slots, as in Tofu. Default:
-        ``not writable`` (the TensorFlow rewrite keeps variables whole).
+        device holds its share of the weights and slots, as in Tofu (with
+        ``writable``, the variables the rewrite writes as shards). Default True.
     memory_weights : sequence of float
         Weights of the unsplit bytes against communicated bytes, tried in
         order until a plan fits (see the module notes). Default
@@ -223,7 +226,7 @@ class Tofu:
     """
 
     def __init__(self, writable: bool = True, beam: int = 64, max_combos: int = 256,
-                 split_variables: bool | None = None,
+                 split_variables: bool = True,
                  memory_weights=(0.0, 0.25, 1.0, 4.0, 16.0, 64.0, 256.0)):
         if beam < 1 or max_combos < 1:
             raise ValueError("beam and max_combos must be at least 1")
@@ -231,11 +234,8 @@ class Tofu:
         if not memory_weights or any(not (w >= 0) or np.isinf(w) for w in memory_weights):
             raise ValueError(f"memory_weights must be finite numbers >= 0, got {memory_weights!r}")
         self.memory_weights = memory_weights
-        if writable and split_variables:
-            raise ValueError("split_variables=True needs writable=False: the TensorFlow rewrite "
-                             "does not write split variables")
         self.writable = writable
-        self.split_variables = (not writable) if split_variables is None else split_variables
+        self.split_variables = bool(split_variables)
         self.beam = beam
         self.max_combos = max_combos
 
@@ -259,7 +259,7 @@ class Tofu:
             if any(v > 1 for v in d.extent.values()):
                 dims[name] = d
         if self.split_variables:
-            dims.update(self._variable_groups(step, tie))
+            dims.update(self._variable_groups(step, tie, self.writable))
         self._tie = tie
         groups = self._coarsen(step, dims)
         factor = {n: {} for n in dims}
@@ -331,13 +331,17 @@ class Tofu:
                       for _, _, p, d in tried])
 
     @staticmethod
-    def _variable_groups(step, tie):
+    def _variable_groups(step, tie, writable=False):
         """Dims of the ops of each variable's colocation group that can split as one
-        (all described, one iteration domain); ``tie`` gets op -> group."""
+        (all described, one iteration domain; ``writable``: written as shard variables);
+        ``tie`` gets op -> group."""
         groups = {}
         for name, op in step.ops.items():
             if op.tied and op.group is not None:
                 groups.setdefault(op.group, []).append(name)
+        if writable:
+            shardable = shardable_groups(step)
+            groups = {g: names for g, names in groups.items() if g in shardable}
         out = {}
         for group, names in groups.items():
             try:
@@ -592,7 +596,7 @@ class TofuSearch(StrategySearch):
     """
 
     name = "tofu"
-    options = dict(writable=False, beam=64, max_combos=256, split_variables=None,
+    options = dict(writable=False, beam=64, max_combos=256, split_variables=True,
                    memory_weights=(0.0, 0.25, 1.0, 4.0, 16.0, 64.0, 256.0), progress=False)
 
     def __init__(self, **options):

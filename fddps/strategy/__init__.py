@@ -14,9 +14,9 @@ from .expand import Expansion, expand, simulate_strategy
 from .graph import OpInfo, StepGraph
 from .ops import OP_DESCRIPTIONS, NotDescribed, OpDescription, coverage, description_table, resolve
 from .strategy import (OpConfig, Strategy, StrategyError, attribute_split, combine, data_parallel,
-                       mixed, parameter_split, parts, validate, whole_placement)
+                       mixed, parameter_split, parts, shard_variables, validate, whole_placement)
 
 __all__ = ["Expansion", "expand", "simulate_strategy", "OpInfo", "StepGraph", "OP_DESCRIPTIONS",
            "NotDescribed", "OpDescription", "coverage", "description_table", "resolve",
            "OpConfig", "Strategy", "StrategyError", "attribute_split", "combine", "data_parallel",
-           "mixed", "parameter_split", "parts", "validate", "whole_placement"]
+           "mixed", "parameter_split", "parts", "shard_variables", "validate", "whole_placement"]

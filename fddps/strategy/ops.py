@@ -641,6 +641,16 @@ for _d in (
     register(_d)
 
 
+# -- optimizer updates of sharded variables (fddps.tf.variable_shards writes them split) --
+for _d in (
+    OpDescription("ResourceApplyGradientDescent", ("-", "", "*"), (),
+                  note="plain SGD: every axis of the variable is a parameter dimension"),
+    OpDescription("ResourceApplyAdam", ("-", "-", "-", "", "", "", "", "", "", "*"), (),
+                  note="every axis of the variable (and its two slots) is a parameter dimension"),
+):
+    register(_d)
+
+
 def _expand(spec: str, rank: int, ref: str):
     """Axis letters of one tensor: ``spec`` at ``rank``, ``*`` filled from ``ref``."""
     if spec == "-":

@@ -210,6 +210,50 @@ def whole_placement(placement: Mapping, default_device: str) -> Strategy:
 VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2", "Variable", "TemporaryVariable"})
 
 
+#: Op types of a variable's colocation group that the TensorFlow rewrite writes split:
+#: one shard variable per part, each read and updated by its own part
+#: (:mod:`fddps.tf.variable_shards`).
+SHARDED_VARIABLE_OPS = frozenset({"VarHandleOp", "ReadVariableOp", "ResourceApplyMomentum",
+                                  "ResourceApplyGradientDescent", "ResourceApplyAdam"})
+
+
+def shardable_groups(step) -> dict:
+    """Colocation group -> its tied ops, for the groups the TensorFlow rewrite can write
+    split. A variable's group (shard variables): every tied op of the group is
+    of :data:`SHARDED_VARIABLE_OPS`, its variables (the weight and its optimizer
+    slots) have one shape, and no op outside the step uses a variable's handle
+    in a way the rewrite cannot write (``OpInfo.attrs["unshardable"]``, set by
+    :func:`fddps.tf.strategy_graph.step_graph`). A group without a variable
+    (TensorFlow colocates a gradient's ``tuple/control_dependency`` and sums
+    with the op that computes it) when none of its ops uses a variable: the
+    rewrite drops the colocation attribute and names the devices itself.
+
+    Example
+    -------
+    >>> from fddps.strategy.graph import OpInfo, StepGraph
+    >>> step = StepGraph([OpInfo("w", "VarHandleOp", param_shape=(4, 2), group="w", tied=True),
+    ...                   OpInfo("r", "ReadVariableOp", inputs=(("w", 0),), group="w", tied=True)])
+    >>> shardable_groups(step)
+    {'w': ('w', 'r')}
+    """
+    groups = {}
+    for name, op in step.ops.items():
+        if op.tied and op.group is not None:
+            groups.setdefault(op.group, []).append(name)
+    out = {}
+    for group, names in groups.items():
+        ops = [step.ops[n] for n in names]
+        variables = [op for op in ops if op.op_type == "VarHandleOp"]
+        if not any(op.op_type in VARIABLE_TYPES or op.op_type in SHARDED_VARIABLE_OPS
+                   for op in ops):
+            out[group] = tuple(names)
+        elif (variables and all(op.op_type in SHARDED_VARIABLE_OPS for op in ops)
+                and len({op.param_shape for op in variables}) == 1
+                and not any(op.attrs.get("unshardable") for op in variables)):
+            out[group] = tuple(names)
+    return out
+
+
 def _variable_groups(step) -> set:
     return {op.group for op in step.ops.values()
             if op.group is not None and op.op_type in VARIABLE_TYPES}
@@ -505,6 +549,38 @@ def mixed(step, devices: Sequence[str]) -> Strategy:
     ps = parameter_split(step, devices, op_types=list(PARAMETER_DIMS), only=weight_heavy)
     configs = {n: (ps.config(n) if ps.config(n).num_parts > 1 else dp.config(n)) for n in step.ops}
     return Strategy(configs, devices[0], name="mixed")
+
+
+def shard_variables(step, strategy: Strategy, devices: Sequence[str], dim: str = "c") -> Strategy:
+    """``strategy`` with every shardable variable group (:func:`shardable_groups` with a
+    variable) split along the variables' dimension ``dim`` over the first devices.
+
+    ``dim`` names the variable's axis as its generic letters do
+    (:data:`fddps.strategy.ops.GENERIC_AXES`): ``"c"``, the last axis, is a
+    MatMul weight's output columns, a convolution filter's output channels, a
+    bias's channels, so that a :func:`parameter_split` of the layers reads its
+    weight shards where they are. Each group gets ``min(len(devices), extent)``
+    parts; groups without ``dim``, or with an extent of 1, keep their configuration.
+
+    Example
+    -------
+    >>> from fddps.strategy.graph import OpInfo, StepGraph
+    >>> step = StepGraph([OpInfo("w", "VarHandleOp", param_shape=(4, 6), output_shapes=((),),
+    ...                          group="w", tied=True)])
+    >>> shard_variables(step, Strategy({}, "d0"), ["d0", "d1"]).config("w")
+    OpConfig(split={'c': 2}, devices=('d0', 'd1'))
+    """
+    configs = dict(strategy.configs)
+    for group, names in shardable_groups(step).items():
+        var = next((n for n in names if step.ops[n].op_type in VARIABLE_TYPES), None)
+        if var is None:
+            continue
+        extent = resolve(step.ops[var]).extent.get(dim, 1)
+        k = min(len(devices), extent)
+        if k > 1:
+            for n in names:
+                configs[n] = OpConfig({dim: k}, tuple(devices[:k]))
+    return Strategy(configs, strategy.default_device, name=f"{strategy.name} (sharded variables)")
 
 
 def combine(*strategies, name="mixed") -> Strategy:

@@ -698,6 +698,14 @@ class Placement:
         return decisions_table(self.schedule.info.get("splits") or [])
 
     @property
+    def sharded_variables(self) -> dict:
+        """Variables written as shards (a strategy split them by their own dimensions):
+        name -> :class:`~fddps.tf.variable_shards.ShardedVariable` (each shard's
+        name, device and slice); empty when none was. Read their whole values with
+        :func:`fddps.tf.variable_shards.gather_variables`."""
+        return dict(self.info.get("sharded_variables") or {})
+
+    @property
     def devices(self) -> dict:
         """Node name -> device string, for every node of the GraphDef."""
         return {node.name: node.device for node in self.graph_def.node}

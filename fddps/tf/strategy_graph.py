@@ -19,6 +19,7 @@ import numpy as np
 from ..strategy.graph import OpInfo, StepGraph
 from .graphdef import VARIABLE_OPS, _parse_input, _tf, analyse
 from .split_candidates import node_attrs, shape_input_value
+from .variable_shards import handle_blockers
 
 #: Attributes op descriptions test.
 DESCRIBED_ATTRS = ("data_format", "transpose_a", "transpose_b", "is_training", "keep_dims",
@@ -72,6 +73,8 @@ def step_graph(graph_def, fetches=None, unknown_dim: int = 1) -> StepGraph:
     keep = np.ones(len(table), dtype=bool) if fetches is None else _step_nodes(analysis, fetches)
     graph = analysis.graph
     ops = []
+    names = {analysis.graph_def.node[i].name for i in np.flatnonzero(keep).tolist()}
+    blockers = handle_blockers(analysis.graph_def, names)
     for i in np.flatnonzero(keep).tolist():
         node = analysis.graph_def.node[i]
         op = graph.get_operation_by_name(node.name)
@@ -99,7 +102,9 @@ def step_graph(graph_def, fetches=None, unknown_dim: int = 1) -> StepGraph:
             output_shapes=tuple(_shape(t, unknown_dim) for t in op.outputs),
             input_itemsizes=tuple(_itemsize(t.dtype) for t in op.inputs),
             output_itemsizes=tuple(_itemsize(t.dtype) for t in op.outputs),
-            attrs={**node_attrs(node, DESCRIBED_ATTRS), **_window_attrs(node)}, const_values=consts,
+            attrs={**node_attrs(node, DESCRIBED_ATTRS), **_window_attrs(node),
+                   **({"unshardable": blockers[node.name]} if node.name in blockers else {})},
+            const_values=consts,
             flops=float(row["flops"]), input_bytes=float(row["input_bytes"]),
             output_bytes=float(row["output_bytes"]), param_bytes=float(row["param_bytes"]),
             param_shape=param_shape, group=row["colocation_group"], tied=bool(tied)))

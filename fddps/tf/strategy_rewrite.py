@@ -30,10 +30,11 @@ the parts (:func:`_write_batch_norm`). A sliding-window op (convolution,
 pool, their gradients) split by height or width reads its rows plus a halo
 and computes its part with ``VALID`` padding on the haloed slice, padded
 explicitly where the part touches the border (:func:`_write_windowed`), so
-that every part computes exactly the whole op's rows. Not yet written (a clear
-:class:`~fddps.strategy.StrategyError` names the op): split variables
-(``VarHandleOp``, ``ReadVariableOp``, optimizer updates): variables stay
-whole on their devices.
+that every part computes exactly the whole op's rows. A variable split along
+its own dimensions (with its reads, optimizer slots and update) becomes one
+shard variable per part, ``V/part_j``, on the part's device; every other user
+of its handle is written per shard under its own name
+(:mod:`fddps.tf.variable_shards`).
 
 Step nodes lose their ``_class`` colocation attribute (a split op's name now
 stands for an ``IdentityN``; devices are explicit); other nodes are copied as
@@ -51,9 +52,13 @@ from ..strategy.strategy import StrategyError, parts, validate
 from .graphdef import _tf, analyse
 from .split_rewrite import _const
 from .strategy_graph import step_graph
+from .graphdef import _parse_input
+from .variable_shards import (check_sharded_group, handle_blockers, retarget, sharded_table,
+                              write_handle_users, write_shard_users, write_shards)
 
-#: Op types the rewrite cannot split yet (variables stay whole on their devices).
-NOT_REWRITTEN = frozenset({"VarHandleOp", "ReadVariableOp", "ResourceApplyMomentum"})
+#: Op types the rewrite splits only with their variable (:mod:`fddps.tf.variable_shards`).
+NOT_REWRITTEN = frozenset({"VarHandleOp", "ReadVariableOp", "ResourceApplyMomentum",
+                           "ResourceApplyGradientDescent", "ResourceApplyAdam"})
 
 
 def _tensor(name, port):
@@ -446,7 +451,7 @@ def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
     return outs, names
 
 
-def rewrite_strategy(graph_def, strategy, fetches, devices=None):
+def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=False):
     """A GraphDef that runs ``strategy``: the same loss and updates as ``graph_def``.
 
     Parameters
@@ -460,15 +465,19 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None):
     devices : list of str, optional
         The cluster the strategy must fit (default: the devices it names).
 
+    return_shards : bool
+        Also return the variables written as shards (:mod:`fddps.tf.variable_shards`).
+
     Returns
     -------
-    GraphDef
+    GraphDef, or (GraphDef, dict of str -> ShardedVariable) with ``return_shards``
 
     Raises
     ------
     StrategyError
         If the strategy does not validate, or splits an op the rewrite cannot
-        split yet (see the module notes).
+        split yet (see the module notes), or splits a variable one of whose
+        handle's users cannot be written per shard (named).
     """
     tf = _tf()
     analysis = analyse(graph_def)
@@ -478,14 +487,24 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None):
     out.versions.CopyFrom(analysis.graph_def.versions)
     out.library.CopyFrom(analysis.graph_def.library)
     by_name = {n.name: n for n in analysis.graph_def.node}
+    split_vars = _split_variables(analysis, step, strategy)
+    handle_users = []  # nodes outside the step using a split variable's handle
     for node in analysis.graph_def.node:
         if node.name not in step.ops:
-            out.node.add().CopyFrom(node)
+            if any(_parse_input(s)[0] in split_vars and not s.startswith("^") for s in node.input):
+                handle_users.append(node)
+            else:
+                out.node.add().CopyFrom(node)
     w = _Writer(out, analysis.graph)
+    w.shards, w.names = {}, set(by_name)
     tasks = {}
     for name, op in step.ops.items():
         cfg = strategy.config(name)
         original = by_name[name]
+        if cfg.num_parts == 1 and any(src in split_vars for src, _ in op.inputs):
+            raise StrategyError(f"op {name!r} ({op.op_type}) is whole but reads variable "
+                                f"{next(s for s, _ in op.inputs if s in split_vars)!r}, which "
+                                "the strategy splits")
         if cfg.num_parts == 1:
             node = tf.compat.v1.NodeDef()
             node.CopyFrom(original)
@@ -500,9 +519,22 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None):
             w.add(node)
             tasks[name] = [name]
             continue
+        if name in split_vars or any(src in split_vars for src, _ in op.inputs):
+            dims = resolve(op)
+            all_parts = parts(op, cfg, dims)
+            controls = [f"^{t}" for c in op.control_inputs for t in tasks[c]]
+            if op.op_type == "VarHandleOp":
+                tasks[name] = write_shards(w, name, all_parts, lambda p: _box(
+                    dims.outputs[0], op.param_shape, p.box), original)
+                continue  # the whole variable is gone: its handle's users use the shards
+            outs, names = write_shard_users(w, name, op, all_parts, original, controls)
+            tasks[name] = names
+            _write_whole(w, name, op, outs, names, cfg, analysis.graph)
+            continue
         if op.op_type in NOT_REWRITTEN:
-            raise StrategyError(f"op {name!r} ({op.op_type}): split variables are not written "
-                                "into GraphDefs yet; keep variables, their reads and updates whole")
+            raise StrategyError(f"op {name!r} ({op.op_type}) is split but its variable is not: "
+                                "split the variable's whole colocation group (its reads, slots "
+                                "and update) alike, or keep them whole")
         try:
             dims = resolve(op)
         except NotDescribed as why:  # validate() has caught this; keep the message if not
@@ -556,13 +588,40 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None):
             for k, box in enumerate(out_boxes):
                 outs[k].append((_tensor(pname, k), box, p.device))
         tasks[name] = names
-        for k in range(len(op.output_shapes)):
-            w.entries[name, k] = (outs[k], partial)
-        # X: the whole outputs, for fetches, control inputs and whole readers.
-        ident = tf.compat.v1.NodeDef(name=name, op="IdentityN", device=cfg.devices[0])
-        ident.input.extend(w.materialize(name, k) for k in range(len(op.output_shapes)))
-        ident.attr["T"].list.type.extend(t.dtype.as_datatype_enum for t in tf_op.outputs)
-        w.add(ident)
+        _write_whole(w, name, op, outs, names, cfg, analysis.graph, partial)
+    write_handle_users(w, handle_users)
+    retarget(out, {v: tasks[v] for v in split_vars})
+    if return_shards:
+        return out, sharded_table(w, analysis.graph)
+    return out
+
+
+def _write_whole(w, name, op, outs, names, cfg, graph, partial=False):
+    """``X``: the whole outputs of split op ``X`` (an ``IdentityN``), for fetches, control
+    inputs and whole readers; a ``NoOp`` after every part for an op without outputs."""
+    tf = _tf()
+    for k in range(len(op.output_shapes)):
+        w.entries[name, k] = (outs[k], partial)
+    if not op.output_shapes:
+        node = tf.compat.v1.NodeDef(name=name, op="NoOp", device=cfg.devices[0])
+        node.input.extend(f"^{t}" for t in names)
+        w.add(node)
+        return
+    ident = tf.compat.v1.NodeDef(name=name, op="IdentityN", device=cfg.devices[0])
+    ident.input.extend(w.materialize(name, k) for k in range(len(op.output_shapes)))
+    ident.attr["T"].list.type.extend(t.dtype.as_datatype_enum
+                                     for t in graph.get_operation_by_name(name).outputs)
+    w.add(ident)
+
+
+def _split_variables(analysis, step, strategy) -> set:
+    """The variables ``strategy`` splits, each checked writable (a clear error if not)."""
+    out = {n for n, op in step.ops.items()
+           if op.op_type == "VarHandleOp" and strategy.config(n).num_parts > 1}
+    if out:
+        blockers = handle_blockers(analysis.graph_def, set(step.ops))
+        for name in out:
+            check_sharded_group(step, strategy, name, blockers)
     return out
 
 
@@ -623,11 +682,13 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     order = executor_order(g, cluster, device)
     schedule = Schedule.from_order(g, cluster, device, order, algorithm="strategy",
                                    info={"strategy": strategy, "splits": []})
-    out = rewrite_strategy(analysis, strategy, fetches or [n.name for n in analysis.graph_def.node],
-                           list(cluster.names))
+    out, shards = rewrite_strategy(analysis, strategy,
+                                   fetches or [n.name for n in analysis.graph_def.node],
+                                   list(cluster.names), return_shards=True)
     info = {"analysis": analysis, "strategy": strategy.name, "tasks": g.num_ops,
             "ops": len(step), "nodes": len(analysis.graph_def.node),
             "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
             "executor_makespan": schedule.makespan, "algorithm": "strategy",
+            "sharded_variables": shards,
             "place_seconds": time.perf_counter() - t0}
     return Placement(out, schedule, cluster, analysis.table, info)
