@@ -293,6 +293,47 @@ class Cluster:
                                        else link_resources),
                        transfer_cpu=self.transfer_cpu)
 
+    def subset(self, names) -> "Cluster":
+        """The cluster of the named devices only: their links, and the shared
+        groups and resources restricted to them (a group or resource left with
+        no device or no pair is dropped).
+
+        Raises
+        ------
+        ClusterError
+            For an unknown name, or none.
+
+        Examples
+        --------
+        >>> c = Cluster.multi_host(2, 2, intra_bandwidth=12e9, inter_bandwidth=1e9, topology="10gbe")
+        >>> sub = c.subset(["/job:worker/task:0/device:device:0", "/job:worker/task:0/device:device:1"])
+        >>> sub.num_devices, sub.shares_links, float(sub.bandwidth[0, 1])
+        (2, False, 12000000000.0)
+        """
+        names = list(names)
+        if not names:
+            raise ClusterError("a subset of a cluster needs at least one device")
+        idx = np.array([self.device_index(n) for n in names], dtype=np.int64)
+        keep = set(names)
+        sub = np.ix_(idx, idx)
+        groups = []
+        for grp in self.shared_cores:
+            members = [j for j, d in enumerate(grp.devices) if d in keep]
+            if members:
+                threads = (tuple(grp.threads[j] for j in members)
+                           if isinstance(grp.threads, (tuple, list)) else grp.threads)
+                groups.append(SharedCores(tuple(grp.devices[j] for j in members), grp.cores,
+                                          threads, grp.name))
+        resources = []
+        for res in self.link_resources:
+            pairs = frozenset((a, b) for a, b in res.pairs if a in keep and b in keep)
+            if pairs:
+                resources.append(LinkResource(res.name, res.bandwidth, pairs, res.source))
+        cpu = None if self.transfer_cpu is None else tuple(m[sub] for m in self.transfer_cpu)
+        return Cluster([self.devices[k] for k in idx], bandwidth=self.bandwidth[sub],
+                       latency=self.latency[sub], transfer_compute=self.transfer_compute[sub],
+                       shared_cores=groups, link_resources=resources, transfer_cpu=cpu)
+
     def with_transfer_cpu(self, cpu_latency, cpu_bandwidth) -> "Cluster":
         """This cluster with a fitted per-transfer CPU cost (``transfer_cpu``); ``None, None`` drops it.
 

@@ -75,6 +75,7 @@ import heapq
 import numpy as np
 
 from ..bounds import communication_lower_bound
+from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
 from .base import PlacementState, Scheduler, bottom_levels, register
 from ..split import schedule_with_splits
@@ -96,7 +97,9 @@ class FDDPS(Scheduler):
     prefer_parent : bool
         Use the parent-device rule (1) of Find_Slot (default True).
     single_device_guard : bool
-        Return the best single-device schedule when it is faster (default True).
+        Return the best single-device schedule when it is faster, and on a
+        cluster of several hosts the best schedule on one host's devices
+        (default True).
     improve : bool
         Refine the list schedule by forward-backward passes
         (:mod:`fddps.algorithms.justify`; not in the paper, default True).
@@ -171,19 +174,26 @@ class FDDPS(Scheduler):
                 order[k] = graph.topo
                 single = Schedule.from_order(graph, cluster, device, order, self.name,
                                              exec_time=state.et)
+        spread = result  # the list schedule: a start of the local search below too
         if self.single_device_guard and single is not None and single.makespan < result.makespan:
             stats["single_device_fallback"] = True
             result = single
+        if self.single_device_guard:
+            one_host = self._best_one_host(graph, cluster, state.et)
+            if one_host is not None and one_host[0].makespan < result.makespan * (1 - 1e-9):
+                stats["single_host_fallback"] = one_host[1]
+                result = one_host[0]
         replays = self._local_search_replays(graph)
         # Only where transfers cost something (what the moves trade against),
         # and the schedule is not already at the bound.
         if (local_search and replays and cluster.num_devices > 1
                 and np.any(cluster.mean_transfer_time(graph.bytes) > 0)
                 and result.makespan > communication_lower_bound(graph, cluster) * (1 + 1e-9)):
-            # From the list schedule and from everything on one device: the
-            # second is where high-communication optima usually lie near.
+            # From the best schedule so far, everything on one device (where
+            # high-communication optima usually lie near) and the list schedule.
             stats["local_search_replays"] = stats["local_search_moves"] = 0
-            for start in [result] + ([single] if single is not None and single is not result else []):
+            starts = [result] + [s for s in (single, spread) if s is not None and s is not result]
+            for start in starts:
                 found, ls_stats = move_search(start, state.allowed, max_replays=replays,
                                               exec_time=state.et)
                 for key, value in ls_stats.items():
@@ -193,6 +203,45 @@ class FDDPS(Scheduler):
                     stats["local_search_improved"] = True
         result.info.update(stats)
         return result
+
+    def _best_one_host(self, graph, cluster, exec_time):
+        """The fastest schedule that keeps the step on one host's devices, or None.
+
+        On a cluster of several hosts, transfers between them cross slow links
+        and shared network interfaces; a list schedule that starts spreading
+        ops over them may end slower than one host alone, yet faster than one
+        device, so neither the schedule nor the single-device guard finds
+        what one host gives. Each host with two or more devices is scheduled
+        alone (hosts identical to one tried already are skipped unless ops are
+        pinned; a host that cannot take the pinned ops or the memory is
+        skipped). Returns ``(schedule on the whole cluster, host)``.
+        """
+        hosts = {}
+        for k, d in enumerate(cluster.devices):
+            hosts.setdefault(d.host, []).append(k)
+        if len(hosts) < 2:
+            return None
+        best, seen = None, set()
+        for host, members in hosts.items():
+            kind = tuple((cluster.devices[k].type, cluster.devices[k].speed,
+                          cluster.devices[k].memory) for k in members)
+            if len(members) < 2 or (kind in seen and not graph.pinned):
+                continue
+            seen.add(kind)
+            try:
+                alone = self._schedule_whole_ops(graph, cluster.subset([cluster.names[k]
+                                                                        for k in members]))
+            except (ClusterError, InfeasibleError):
+                continue
+            device = np.asarray(members, dtype=np.int64)[alone.device]
+            order = [np.zeros(0, dtype=np.int64)] * cluster.num_devices
+            for j, k in enumerate(members):
+                order[k] = alone.order[j]
+            full = Schedule.from_order(graph, cluster, device, order, self.name,
+                                       info=dict(alone.info), exec_time=exec_time)
+            if best is None or full.makespan < best[0].makespan:
+                best = (full, host)
+        return best
 
     def _local_search_replays(self, graph) -> int:
         """Replays the move search may spend from each start: about 1e5 op-or-edge
