@@ -106,7 +106,7 @@ def _plot(df, png):
             ticks = list(shown["devices"].astype(str))
             ax.set_xlabel("P100s: auto's strategy")
         if "cross_host_mb" in shown:  # several hosts: what each step sends between them
-            ticks = [f"{t}: {mb:.0f} MB" for t, mb in zip(ticks, shown["cross_host_mb"])]
+            ticks = [f"{t}\n{mb:.0f} MB" for t, mb in zip(ticks, shown["cross_host_mb"])]
             ax.set_xlabel(ax.get_xlabel() + "\n(MB between hosts)")
         bottom = np.zeros(len(shown))
         for kind in SHAPES:
