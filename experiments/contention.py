@@ -223,8 +223,16 @@ def plot(local, cluster, fig4, path):
     """(a) predicted vs measured speed-up, local devices and the 2-worker cluster;
     (b) Fig. 4 step times without and with NIC contention."""
     plt = common.matplotlib_agg()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-    ax = axes[0]
+    measured = any(d is not None and len(d) for d in (local, cluster))
+    simulated = fig4 is not None and len(fig4)
+    # Only the panels that have something to show (--parts picks the parts).
+    panels = [p for p, on in (("speedup", measured), ("fig4", simulated)) if on] or ["speedup"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.6), squeeze=False)
+    axes = dict(zip(panels, axes[0]))
+    ax = axes.get("speedup")
+    if ax is None:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.set_visible(False)
     hi = 1.2
     styles = {("shared", 2): ("o", "tab:blue"), ("shared", 4): ("s", "tab:blue"),
               ("own", 2): ("o", "tab:red"), ("own", 4): ("s", "tab:red")}
@@ -245,8 +253,8 @@ def plot(local, cluster, fig4, path):
     ax.set_title("Speed-up, every algorithm (one run; machine shared)", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    ax = axes[1]
-    if fig4 is not None and len(fig4):
+    ax = axes.get("fig4")
+    if ax is not None:
         x_labels = [f"{r.model}\n{label(r.strategy)}" for r in fig4.itertuples()]
         xs = np.arange(len(fig4))
         ax.bar(xs - 0.2, fig4.step_free * 1e3, 0.4, label="contention-free links", color="tab:grey")
@@ -254,7 +262,7 @@ def plot(local, cluster, fig4, path):
         ax.set_xticks(xs, x_labels, rotation=90, fontsize=7)
         ax.set_ylabel("predicted step (ms)")
         ax.legend(fontsize=8)
-    ax.set_title("Fig. 4 setting: 2 hosts x 4 P100, 10 GbE", fontsize=10)
+        ax.set_title("Fig. 4 setting: 2 hosts x 4 P100, 10 GbE", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -344,7 +352,7 @@ def main(argv=None):
     plot(local, cluster, fig4, png)
     load1 = os.getloadavg()
     print(f"\nload average at end {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f}; "
-          f"{time.perf_counter() - t0:.0f} s in all; results: {out.parent}/contention_*.csv, {png}")
+          f"{time.perf_counter() - t0:.0f} s in all; results: {out.parent}/{out.stem}_*.csv, {png}")
     return dict(local=local, cluster=cluster, fig4=fig4)
 
 
