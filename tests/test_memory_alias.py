@@ -207,14 +207,17 @@ def test_predicted_peak_matches_tensorflows_allocator_in_its_own_op_order():
         sess.run(train, options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
                  run_metadata=md)
     nodes = [ns for d in md.step_stats.dev_stats for ns in d.node_stats]
-    allocs = sorted((ns.all_start_micros, m.allocator_bytes_in_use, m.total_bytes)
+    # Nanoseconds where TensorFlow records them: ops a microsecond apart tie in
+    # micros, and a tie replayed in graph order can differ from the order they ran.
+    start = {ns.node_name: ns.all_start_nanos or ns.all_start_micros * 1000 for ns in nodes}
+    allocs = sorted((start[ns.node_name], m.allocator_bytes_in_use, m.total_bytes)
                     for ns in nodes for m in ns.memory)
     at_start = allocs[0][1] - sum(a[2] for a in allocs if a[0] == allocs[0][0])
     measured = max(a[1] for a in allocs) - at_start
     cm = default_cost_model("p100")
     cluster = cm.cluster(["/device:CPU:0"])
     graph, _ = read_graph_def(g.as_graph_def(), cm, cluster, override=True, fetches=[train.name])
-    order = [_replay_order(graph, {ns.node_name: ns.all_start_micros for ns in nodes})]
+    order = [_replay_order(graph, start)]
     persistent = graph.memory.sum()
     assert persistent == 6 * 2 ** 22  # weights and momentum slots
     after = simulate(graph, cluster, [0] * graph.num_ops, order=order).peak_memory.iloc[0]

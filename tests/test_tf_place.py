@@ -401,3 +401,27 @@ def test_placement_reports(cnn_graph, tmp_path):
     loaded = json.loads((tmp_path / "trace.json").read_text())
     assert loaded == trace
     assert sum(e["ph"] == "X" for e in loaded["traceEvents"]) == p.info["ops"]
+
+
+def test_ops_that_read_a_static_shape_receive_no_bytes():
+    """Grappler folds Shape/ShapeN/Size/Rank of a static shape to constants, so no
+    tensor travels to them; a shape known only at run time still does."""
+    from fddps.tf.graphdef import analyse
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.zeros([64, 1024], name="x")
+        w = tf.zeros([1024, 8], name="w")
+        tf.raw_ops.Shape(input=x, name="shape_x")
+        tf.raw_ops.ShapeN(input=[x, w], name="shapes")
+        tf.raw_ops.Size(input=x, name="size_x")
+        p = tf.compat.v1.placeholder(tf.float32, [None, 1024], name="p")
+        tf.raw_ops.Shape(input=p, name="shape_p")
+        tf.identity(x, name="copy_x")
+    a = analyse(g)
+    names = [n.name for n in a.graph_def.node]
+    into = {(names[s], names[d]): b for s, d, b in zip(a.edges.src, a.edges.dst, a.edges.bytes)}
+    assert into[("x", "shape_x")] == into[("x", "shapes")] == into[("w", "shapes")] == 0.0
+    assert into[("x", "size_x")] == 0.0
+    assert into[("x", "copy_x")] == 64 * 1024 * 4
+    assert into[("p", "shape_p")] > 0  # its batch is unknown: the tensor goes there

@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import GraphError
+from ..strategy.ops import SHAPE_ONLY_OPS
 
 #: Op types that declare a loop frame boundary or iterate (v1 control flow).
 ENTER_OPS = frozenset({"Enter", "RefEnter"})
@@ -466,6 +467,10 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
                 nbytes.append(0.0)
             else:
                 b = out_bytes[i][p] if p < len(out_bytes[i]) else 0.0
+                if node.op in SHAPE_ONLY_OPS and p < len(out_known[i]) and out_known[i][p]:
+                    # Grappler folds a Shape of a static shape to a constant: the
+                    # tensor never travels to it (as in the strategy expansion).
+                    b = 0.0
                 nbytes.append(b)
                 input_bytes[j] += b
                 in_known[j] &= out_known[i][p] if p < len(out_known[i]) else False
