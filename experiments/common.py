@@ -248,10 +248,7 @@ def gpu_cluster(devices: int, cost_model, *, hosts: int = 1, memory=None, topolo
 def unbounded(cluster) -> fddps.Cluster:
     """The same cluster with unlimited memory on every device."""
     devs = [fddps.Device(d.name, d.type, d.speed, math.inf, d.host) for d in cluster.devices]
-    return fddps.Cluster(devs, bandwidth=cluster.bandwidth, latency=cluster.latency,
-                         transfer_compute=cluster.transfer_compute,
-                         shared_cores=cluster.shared_cores, link_resources=cluster.link_resources,
-                         transfer_cpu=cluster.transfer_cpu)
+    return cluster.replace(devices=devs)
 
 
 def schedule_peak(schedule) -> np.ndarray:
@@ -363,6 +360,13 @@ def speedup(base, new) -> float:
     if base is None or new is None or not np.isfinite(base) or not np.isfinite(new) or base <= 0:
         return np.nan
     return (base - new) / base
+
+
+def one_core_config():
+    """A session config of one intra-op and one inter-op thread: one op at a time on one core."""
+    import tensorflow as tf
+
+    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
 
 
 def interleaved_step_times(graph_defs, fetch, init, target="", steps=10, warmup=2, config=None):

@@ -60,18 +60,12 @@ import pandas as pd
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from .common import interleaved_step_times  # noqa: E402
+from .common import interleaved_step_times, one_core_config  # noqa: E402
 
 
 def _rel(pred, meas):
     pred, meas = np.asarray(pred, float), np.asarray(meas, float)
     return np.abs(pred - meas) / meas
-
-
-def _one_core_config():
-    import tensorflow as tf
-
-    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
 
 
 def part_a(models, b1, b2, image_size, steps, rounds):
@@ -81,7 +75,7 @@ def part_a(models, b1, b2, image_size, steps, rounds):
     from fddps.tf import op_table, place
     from fddps.tf.profiling import profile
 
-    cfg = _one_core_config()
+    cfg = one_core_config()
     base = costmodel.CostModel({"CPU": costmodel.cpu_preset(1)})
     rows = []
     for name in models:

@@ -42,17 +42,11 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .common import fmt_pct, interleaved_step_times, save_csv_and_plot, tf_quiet
+from .common import fmt_pct, interleaved_step_times, one_core_config, save_csv_and_plot, tf_quiet
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 MODELS = ("resnet50", "inception_v3", "vgg16")
-
-
-def _one_core_config():
-    import tensorflow as tf
-
-    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
 
 
 def measure(name, batch, steps, warmup):
@@ -68,7 +62,7 @@ def measure(name, batch, steps, warmup):
     from fddps.tf.profiling import profile
 
     m = slim_models.build_training_graph(name, batch_size=batch, image_size=32, num_classes=10)
-    prof = profile(m, steps=steps, warmup=warmup, session_config=_one_core_config(),
+    prof = profile(m, steps=steps, warmup=warmup, session_config=one_core_config(),
                    progress=False, meta={"model": name, "batch": batch})
     table = prof.join(op_table(m.graph_def))
     table = table[table["status"] == "timed"]

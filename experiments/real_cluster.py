@@ -276,13 +276,14 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
             if r.status != "ok":
                 out.append(dict(model=model, algorithm=label(r.algorithm), measured_ms=r.status))
                 continue
+            cpu = getattr(r, "predicted_transfer_cpu", np.nan)
             out.append(dict(model=model, algorithm=label(r.algorithm),
                             measured_ms=round(r.measured * 1e3, 1),
                             min_max_ms=f"{r.measured_min * 1e3:.0f}-{r.measured_max * 1e3:.0f}",
                             predicted_ms=round(r.predicted * 1e3, 1),
                             pred_error=f"{(r.predicted - r.measured) / r.measured:+.0%}",
-                            pred_cpu_ms=round(getattr(r, "predicted_transfer_cpu", np.nan) * 1e3, 1),
-                            pred_cpu_error=f"{(getattr(r, 'predicted_transfer_cpu', np.nan) - r.measured) / r.measured:+.0%}",
+                            pred_cpu_ms=round(cpu * 1e3, 1),
+                            pred_cpu_error=f"{(cpu - r.measured) / r.measured:+.0%}",
                             x_single_measured=f"{single / r.measured:.2f}x",
                             x_single_predicted=f"{single_pred / r.predicted:.2f}x",
                             ops_w0_w1=f"{r.ops_worker0}/{r.ops_worker1}",

@@ -286,12 +286,28 @@ class Cluster:
         >>> c.with_sharing([SharedCores(("a", "b"), cores=2)]).slowdown.tolist()
         [2.0, 2.0]
         """
-        return Cluster(self.devices, bandwidth=self.bandwidth, latency=self.latency,
-                       transfer_compute=self.transfer_compute,
-                       shared_cores=self.shared_cores if shared_cores is None else shared_cores,
-                       link_resources=(self.link_resources if link_resources is None
-                                       else link_resources),
-                       transfer_cpu=self.transfer_cpu)
+        return self.replace(
+            shared_cores=self.shared_cores if shared_cores is None else shared_cores,
+            link_resources=self.link_resources if link_resources is None else link_resources)
+
+    def replace(self, **changes) -> "Cluster":
+        """A new cluster with the given constructor arguments changed, the others this one's.
+
+        Examples
+        --------
+        >>> c = Cluster.homogeneous(2, bandwidth=1e9)
+        >>> c.replace(latency=1e-5).transfer_time(0.0, 0, 1)
+        1e-05
+        """
+        fields = dict(devices=self.devices, bandwidth=self.bandwidth, latency=self.latency,
+                      transfer_compute=self.transfer_compute, shared_cores=self.shared_cores,
+                      link_resources=self.link_resources, transfer_cpu=self.transfer_cpu)
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise ClusterError(f"Cluster has no argument {sorted(unknown)[0]!r}; it takes "
+                               f"{', '.join(fields)}")
+        fields.update(changes)
+        return Cluster(**fields)
 
     def subset(self, names) -> "Cluster":
         """The cluster of the named devices only: their links, and the shared
@@ -345,9 +361,7 @@ class Cluster:
         0.2
         """
         cpu = None if cpu_latency is None and cpu_bandwidth is None else (cpu_latency, cpu_bandwidth)
-        return Cluster(self.devices, bandwidth=self.bandwidth, latency=self.latency,
-                       transfer_compute=self.transfer_compute, shared_cores=self.shared_cores,
-                       link_resources=self.link_resources, transfer_cpu=cpu)
+        return self.replace(transfer_cpu=cpu)
 
     def transfer_share(self, src, dst, nbytes):
         """The share ``c`` of a transfer's time ``T`` its end devices spend on it (half each).

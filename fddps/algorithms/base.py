@@ -554,9 +554,7 @@ class PlacementState:
         after the transfers already queued on every resource of its path."""
         wire = self.latency[d][k] + nbytes * self.inv_bw[d][k]
         if self.charged:
-            c = (self.share[d][k] if self.transfer_share is None
-                 else float(self.transfer_share(d, k, nbytes)))
-            wire *= 1.0 - c
+            wire *= 1.0 - self._share(d, k, nbytes)
         t0 = self.finish[p]
         if self.links:
             free = self.link_free
@@ -585,9 +583,15 @@ class PlacementState:
                 continue  # not placed yet (MP-DPS trying a unit): charged when it is
             for k in range(self.m):
                 if k != d and share[d][k] > 0 and (p, k) not in received:
-                    c = share[d][k] if self.transfer_share is None else float(self.transfer_share(d, k, b))
-                    row[k] += c * (lat[d][k] + b * inv[d][k])
+                    row[k] += self._share(d, k, b) * (lat[d][k] + b * inv[d][k])
         return row
+
+    def _share(self, d: int, k: int, nbytes: float) -> float:
+        """The share of a transfer of ``nbytes`` from ``d`` to ``k`` its end devices spend
+        (:meth:`fddps.Cluster.transfer_share`; the link's own without a per-transfer CPU cost)."""
+        if self.transfer_share is None:
+            return self.share[d][k]
+        return float(self.transfer_share(d, k, nbytes))
 
     def ready_times(self, i: int, devices) -> list[float]:
         """:meth:`ready_time` of op ``i`` on each of ``devices``.

@@ -424,9 +424,7 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
                   for grp in given.shared_cores]
         links = [LinkResource(r.name, r.bandwidth, frozenset((rename[a], rename[b]) for a, b in r.pairs),
                               r.source) for r in given.link_resources]
-        return Cluster(out, bandwidth=given.bandwidth, latency=given.latency,
-                       transfer_compute=given.transfer_compute, shared_cores=groups,
-                       link_resources=links, transfer_cpu=given.transfer_cpu)
+        return given.replace(devices=out, shared_cores=groups, link_resources=links)
     cluster = Cluster.from_links(out, cost_model.link)
     groups = local_cpu_sharing(out, session_config) if share_cores else []
     if cluster_spec is not None:
