@@ -14,9 +14,11 @@ For each model at the paper's batch size (VGG-16, Inception-V3 and ResNet-50 at
    (``fddps``), and the paper's algorithm without our refinement pass, with and
    without splits (``fddps:improve=False`` and ``fddps:improve=False,split=False``).
    The step time is the simulator's replay of each schedule. FD-DPS keeps the
-   split graph only when its schedule is faster (:func:`fddps.split.schedule_with_splits`);
-3. list the ops FD-DPS split (:func:`fddps.split.decisions_table`) and, for
-   VGG-16, the paper's Table 6 operators with their predicted time and our decision.
+   split graph only when its schedule is faster
+   (:func:`fddps.algorithms.split_step.schedule_with_splits`);
+3. list the ops FD-DPS split (:func:`fddps.strategy.fddps_splits.decisions_table`)
+   and, for VGG-16, the paper's Table 6 operators with their predicted time and
+   our decision.
 
 Times are printed beside the paper's Table 7 (its TF 1.14 graphs on real P100s:
 compare ratios, not seconds). Writes ``experiments/results/table7.csv`` (one row
@@ -149,7 +151,7 @@ def run(models, devices=4, strategies=STRATEGIES, *, cost_model=None, dataset="c
     import costmodel
     from tqdm.auto import tqdm
 
-    from fddps.split import decisions_table
+    from fddps.strategy.fddps_splits import decisions_table
 
     cm = costmodel.default_cost_model(gpu="p100") if cost_model is None else cost_model
     strategies = list(strategies)
@@ -323,7 +325,8 @@ def main(argv=None):
         if no_split:
             print(f"\nNo op split in {', '.join(no_split)}: for every candidate the estimated "
                   "split (slice + largest part + transfers + combine) is not 5% shorter than the "
-                  "op whole, or the op is off the critical path (see fddps.split.plan_splits).")
+                  "op whole, or the op is off the critical path (see "
+                  "fddps.algorithms.split_step.plan_splits).")
 
     out = common.ensure_parent(args.out)
     results.to_csv(out, index=False)

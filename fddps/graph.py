@@ -86,7 +86,7 @@ class OpGraph:
         Group key per op; ops with the same key must share a device.
     pinned : mapping of op name to device name, optional
         Ops that must run on the named device.
-    split_candidates : sequence of fddps.split.SplitCandidate, optional
+    split_candidates : sequence of fddps.strategy.fddps_splits.SplitCandidate, optional
         Ops that FD-DPS may split into parts (intra-op parallelism); the
         TensorFlow adapter fills this from tensor shapes.
 

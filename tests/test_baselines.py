@@ -309,7 +309,7 @@ def test_networkx_input_is_not_modified():
 
 def conv_branches(side_cost):
     """x -> conv (8 s, splittable on a batch of 8) -> relu, beside x -> side -> end."""
-    from fddps.split import SplitCandidate, rules_for
+    from fddps.strategy.fddps_splits import SplitCandidate, rules_for
 
     rule = rules_for("Conv2D", {"data_format": "NHWC"})[0]
     cand = SplitCandidate("conv", rule, 8, (("x", 1e3),), 1e3, slice_cost=(0.01,),
@@ -333,7 +333,7 @@ def test_fastt_splits_an_op_on_the_critical_path():
 def test_fastt_leaves_near_critical_ops_whole():
     # The side branch (8.5 s) is the critical path; conv has a little slack.
     # FD-DPS's planner would take it (slack under 10% of the path), FastT does not.
-    from fddps.split import plan_splits
+    from fddps.algorithms.split_step import plan_splits
 
     graph = conv_branches(side_cost=8.5)
     cluster = Cluster.homogeneous(4, bandwidth=1e6, latency=1e-4)

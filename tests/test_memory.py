@@ -14,7 +14,7 @@ from fddps.algorithms.base import PlacementState, memory_overflow, reserving_tra
 from fddps.algorithms.single import best_single_device, single_device_peak
 from fddps.errors import InfeasibleError, InvalidScheduleError
 from fddps.simulate import peak_memory
-from fddps.split import SplitCandidate, rules_for
+from fddps.strategy.fddps_splits import SplitCandidate, rules_for
 
 # "exact" refuses clusters whose transfers spend device time and solves memory
 # itself (persistent, then the replayed peak): tests/test_exact.py covers it.

@@ -6,9 +6,10 @@ import pytest
 import fddps
 from fddps import Cluster, OpGraph
 from fddps.errors import GraphError
-from fddps.split import (SPLIT_RULES, SplitCandidate, SplitDecision, SplitRule, apply_splits,
-                         decisions_table, part_name, plan_splits, register_split_rule, rules_for,
-                         slice_name)
+from fddps.algorithms.split_step import plan_splits
+from fddps.strategy.fddps_splits import (SPLIT_RULES, SplitCandidate, SplitDecision, SplitRule,
+                                         apply_splits, decisions_table, part_name,
+                                         register_split_rule, rules_for, slice_name)
 
 
 def conv_chain(conv_cost=8.0, batch=8, act_bytes=1e3, filt_bytes=1e3, out_bytes=1e3):

@@ -1,11 +1,11 @@
-"""fddps.split's rules are derived from the op descriptions (fddps.strategy.ops): one source of
-truth for which axes a split slices and how its parts combine."""
+"""fddps.strategy.fddps_splits's rules are derived from the op descriptions (fddps.strategy.ops):
+one source of truth for which axes a split slices and how its parts combine."""
 
 import pytest
 
 from fddps.errors import GraphError
-from fddps.split import (FDDPS_SPLIT_DIMS, SPLIT_RULES, SplitRule, rule_from_description,
-                         rules_for)
+from fddps.strategy.fddps_splits import (FDDPS_SPLIT_DIMS, SPLIT_RULES, SplitRule,
+                                         rule_from_description, rules_for)
 from fddps.strategy.ops import OP_DESCRIPTIONS, OpDescription, resolve
 from fddps.strategy.graph import OpInfo
 

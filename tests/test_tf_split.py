@@ -20,7 +20,7 @@ v1 = tf.compat.v1
 
 from costmodel import default_cost_model  # noqa: E402
 from fddps.errors import GraphError  # noqa: E402
-from fddps.split import SplitDecision, part_name, slice_name  # noqa: E402
+from fddps.strategy.fddps_splits import SplitDecision, part_name, slice_name  # noqa: E402
 from fddps.tf import make_cluster, op_table, place, read_graph_def  # noqa: E402
 from fddps.tf.devices import same_device  # noqa: E402
 from fddps.tf.split_rewrite import split_graph_def, split_node_names  # noqa: E402

@@ -37,8 +37,8 @@ Where we had to interpret:
   devices. With ``split=True`` (default) the graph's
   :attr:`~fddps.OpGraph.split_candidates` that lie exactly on the critical path
   (slack 0, where FD-DPS also takes near-critical ones) are split into the
-  number of parts the cost model of :func:`fddps.split.plan_splits` prefers,
-  the split graph is scheduled as above, and it is kept when its step is
+  number of parts the cost model of :func:`fddps.algorithms.split_step.plan_splits`
+  prefers, the split graph is scheduled as above, and it is kept when its step is
   shorter. FastT's own search tries splits and reruns its placement to keep
   the ones that help; deciding them from the cost model, all at once, is our
   simplification and the machinery FD-DPS uses, so the two differ only in
@@ -53,10 +53,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..split import schedule_with_splits
 from .base import (PlacementState, Scheduler, bottom_levels, list_schedule, register,
                    top_levels)
 from .heft import topological_position
+from .split_step import schedule_with_splits
 
 
 def static_priority(state: PlacementState) -> np.ndarray:

@@ -61,11 +61,13 @@ Then (our addition, not the paper's) forward-backward passes refine the list
 schedule (:mod:`fddps.algorithms.justify`); ``improve=False`` turns them off.
 Finally, if running everything on the best single device is faster than the
 list schedule (possible when transfers dominate), that schedule is returned.
-Intra-op splitting (the paper's lines 2-6) lives in :mod:`fddps.split`: when
-the graph carries split candidates, the ops the cost model says are worth it
-are split, the split graph is scheduled as above, and it is kept only if its
-step is shorter than the unsplit graph's. ``Schedule.info["splits"]`` lists
-the decisions (:func:`fddps.split.decisions_table` makes the paper's Table 6).
+Intra-op splitting (the paper's lines 2-6) lives in
+:mod:`fddps.algorithms.split_step` (what a split is: :mod:`fddps.strategy.fddps_splits`):
+when the graph carries split candidates, the ops the cost model says are worth
+it are split, the split graph is scheduled as above, and it is kept only if its
+step is shorter than the unsplit graph's. ``Schedule.info["splits"]`` lists the
+decisions (:func:`fddps.strategy.fddps_splits.decisions_table` makes the
+paper's Table 6).
 """
 
 from __future__ import annotations
@@ -78,10 +80,10 @@ from ..bounds import communication_lower_bound
 from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
 from .base import PlacementState, Scheduler, bottom_levels, register
-from ..split import schedule_with_splits
 from .justify import forward_backward_improve
 from .local_search import move_search
 from .single import best_single_device
+from .split_step import schedule_with_splits
 
 
 @register
@@ -122,7 +124,7 @@ class FDDPS(Scheduler):
         costs a replay of the whole step.
     split : bool
         Split the graph's :attr:`~fddps.OpGraph.split_candidates` where the
-        cost model says it pays (:mod:`fddps.split`), and keep the split graph
+        cost model says it pays (:mod:`fddps.algorithms.split_step`), and keep the split graph
         when its schedule is faster (default True). ``split=False`` is the
         paper's D-DPS(-F).
     """

@@ -1,7 +1,7 @@
 """FD-DPS over the strategy space (``algorithm="fddps_space"``).
 
 FD-DPS's intra-op split step (paper Section 4.1, Algorithm 3 lines 2-6;
-:mod:`fddps.split`) chose between whole and a batch or channel split of
+:mod:`fddps.algorithms.split_step`) chose between whole and a batch or channel split of
 Conv2D, its backprops and MatMul. Here the same step chooses, for every op on
 or near the critical path, among all of the op's configurations in the
 strategy space (:func:`~fddps.search.space.unit_splits`: each dimension of its
@@ -12,8 +12,8 @@ places the parts:
 1. FD-DPS places the whole ops (:func:`~fddps.search.space.baseline_strategies`'
    ``"fddps"``): the start, and the answer when nothing beats it.
 2. Critical ops: slack at most ``critical_slack`` of the critical path, from
-   mean costs as FD-DPS measures it (:func:`fddps.split.path_slack`), and some
-   compute (FLOPs).
+   mean costs as FD-DPS measures it (:func:`fddps.algorithms.split_step.path_slack`),
+   and some compute (FLOPs).
 3. For each, in step order, every configuration is costed by the cost model at
    its parts' own shapes (:class:`~fddps.search.evaluate.StrategyEvaluator`'s
    fragments: part times, the bytes each part reads and sends given its
@@ -55,8 +55,8 @@ from collections import defaultdict
 import numpy as np
 from networkx.utils import UnionFind
 
+from ..algorithms.split_step import path_slack
 from ..graph import OpGraph
-from ..split import path_slack
 from ..strategy.expand import expand
 from ..strategy.strategy import OpConfig, Strategy
 from .base import SearchError, SearchResult, StrategySearch, positive, register_search
@@ -108,10 +108,11 @@ class FDDPSSpaceSearch(StrategySearch):
     ----------
     critical_slack : float
         Ops whose slack is at most this share of the critical path are
-        considered for splitting (default 0.1, as :func:`fddps.split.plan_splits`).
+        considered for splitting (default 0.1, as
+        :func:`fddps.algorithms.split_step.plan_splits`).
     min_gain : float
         A configuration must beat the whole op's estimate by this share
-        (default 0.05, as :func:`fddps.split.plan_splits`).
+        (default 0.05, as :func:`fddps.algorithms.split_step.plan_splits`).
     max_dims : int
         Dimensions split at once (default 2).
     rounds : int

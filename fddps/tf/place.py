@@ -6,9 +6,10 @@ devices, and writes a new GraphDef whose every node carries the device chosen
 for it. Names, inputs and attributes are unchanged, so the placed graph
 computes exactly what the original does, and is fetched by the same names.
 When the algorithm splits ops (FD-DPS's intra-op parallelism,
-:mod:`fddps.split`), each split op ``X`` becomes slice, part and combine nodes
-(:mod:`fddps.tf.split_rewrite`): ``X`` is then the combine node, which
-produces the same tensor, so consumers and fetches are still unchanged.
+:mod:`fddps.algorithms.split_step`), each split op ``X`` becomes slice, part
+and combine nodes (:mod:`fddps.tf.split_rewrite`): ``X`` is then the combine
+node, which produces the same tensor, so consumers and fetches are still
+unchanged.
 
 Example
 -------
@@ -691,9 +692,9 @@ class Placement:
 
     @property
     def splits(self) -> pd.DataFrame:
-        """The ops split, one row per op (:func:`fddps.split.decisions_table`, like the
-        paper's Table 6); empty when none was."""
-        from ..split import decisions_table
+        """The ops split, one row per op (:func:`fddps.strategy.fddps_splits.decisions_table`,
+        like the paper's Table 6); empty when none was."""
+        from ..strategy.fddps_splits import decisions_table
 
         return decisions_table(self.schedule.info.get("splits") or [])
 

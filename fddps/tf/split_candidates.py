@@ -1,14 +1,15 @@
 """Which ops of a TensorFlow graph FD-DPS may split, from their shapes: :func:`split_candidates`.
 
-For every scheduled node whose op type has split rules (:data:`fddps.split.SPLIT_RULES`:
-Conv2D and its two backprops in NHWC, MatMul without transposes), each rule
-that applies to the node's attributes gives one
-:class:`~fddps.split.SplitCandidate`: the extent of the split dimension, the
-input edges that are sliced (producer and bytes), the output's bytes, and what
-slicing and combining cost. Those two costs come from the cost model itself,
-asked about synthetic op-table rows of the ops the rewrite adds (``SplitV`` of
-the largest sliced input; ``ConcatV2`` or ``AddN`` of the parts), so splitting
-is judged with the same model as every other op.
+For every scheduled node whose op type has split rules
+(:data:`fddps.strategy.fddps_splits.SPLIT_RULES`: Conv2D and its two backprops
+in NHWC, MatMul without transposes), each rule that applies to the node's
+attributes gives one :class:`~fddps.strategy.fddps_splits.SplitCandidate`: the
+extent of the split dimension, the input edges that are sliced (producer and
+bytes), the output's bytes, and what slicing and combining cost. Those two
+costs come from the cost model itself, asked about synthetic op-table rows of
+the ops the rewrite adds (``SplitV`` of the largest sliced input; ``ConcatV2``
+or ``AddN`` of the parts), so splitting is judged with the same model as every
+other op.
 
 Ops are left whole, and counted by reason in the ``skipped`` dict, when:
 
@@ -54,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import FddpsError
-from ..split import SPLIT_RULES, SplitCandidate, rules_for
+from ..strategy.fddps_splits import SPLIT_RULES, SplitCandidate, rules_for
 from .graphdef import _parse_input
 
 #: Op types whose output is a shape vector TensorFlow computes from a tensor's shape.

@@ -1,7 +1,8 @@
 """Write intra-op splits into a GraphDef: :func:`split_graph_def`.
 
-For an op ``X`` split into ``k`` parts by a rule of :data:`fddps.split.SPLIT_RULES`
-(names from :func:`fddps.split.part_name` and :func:`fddps.split.slice_name`,
+For an op ``X`` split into ``k`` parts by a rule of :data:`fddps.strategy.fddps_splits.SPLIT_RULES`
+(names from :func:`fddps.strategy.fddps_splits.part_name` and
+:func:`fddps.strategy.fddps_splits.slice_name`,
 the same as in the op graph the schedule was made on):
 
 - one ``SplitV`` node ``X/fddps_slice/<producer>`` per sliced input, cutting it
@@ -25,7 +26,7 @@ Example
 -------
 >>> import tensorflow as tf
 >>> from costmodel import default_cost_model
->>> from fddps.split import SplitDecision
+>>> from fddps.strategy.fddps_splits import SplitDecision
 >>> from fddps.tf.graphdef import analyse
 >>> from fddps.tf.split_candidates import split_candidates
 >>> g = tf.Graph()
@@ -50,7 +51,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from ..errors import GraphError
-from ..split import part_name, slice_name
+from ..strategy.fddps_splits import part_name, slice_name
 from .graphdef import _parse_input, _tf, analyse
 from .split_candidates import shape_input_value
 
@@ -116,7 +117,7 @@ def rewrite_splits(graph_def, analysis, decisions, device_of: Callable[[str], st
         combine node, the new nodes are appended.
     analysis : GraphAnalysis
         The same graph read by :func:`fddps.tf.graphdef.analyse` (shapes, dtypes).
-    decisions : sequence of fddps.split.SplitDecision
+    decisions : sequence of fddps.strategy.fddps_splits.SplitDecision
     device_of : callable name -> device string, optional
         Device of each slice, part and combine node (default: ``X``'s device).
 
@@ -230,7 +231,7 @@ def split_graph_def(graph_def, decisions, devices: Mapping | None = None, *, unk
     ----------
     graph_def : GraphDef, tf.Graph, bytes or path
         Never modified.
-    decisions : sequence of fddps.split.SplitDecision
+    decisions : sequence of fddps.strategy.fddps_splits.SplitDecision
         Made from this graph's candidates (:func:`fddps.tf.split_candidates.split_candidates`,
         or ``OpGraph.split_candidates`` of :func:`fddps.tf.read_graph_def`).
     devices : mapping of node name -> device string, optional
