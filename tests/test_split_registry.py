@@ -4,10 +4,12 @@ one source of truth for which axes a split slices and how its parts combine."""
 import pytest
 
 from fddps.errors import GraphError
-from fddps.strategy.fddps_splits import (FDDPS_SPLIT_DIMS, SPLIT_RULES, SplitRule,
+from fddps.strategy.fddps_splits import (FDDPS_SPLIT_DIMS, SPLIT_RULES, SplitCandidate,
+                                         SplitDecision, SplitRule, dimension_letter,
                                          rule_from_description, rules_for)
 from fddps.strategy.ops import OP_DESCRIPTIONS, OpDescription, resolve
 from fddps.strategy.graph import OpInfo
+from fddps.strategy.strategy import parts
 
 _NHWC = (("data_format", "NHWC"),)
 _PLAIN = (("transpose_a", False), ("transpose_b", False))
@@ -50,6 +52,33 @@ def test_each_rule_agrees_with_the_resolved_iteration_domain(rule):
             for a, d in enumerate(m) if d == letter} == set(rule.sliced)
     assert (rule.combine == "sum") == (letter in dims.reduction)
     assert ins[rule.size_from[0]][rule.size_from[1]] == dims.extent[letter]
+
+
+@pytest.mark.parametrize("rule", PAPER_RULES, ids=lambda r: f"{r.op_type}-{r.dim}")
+def test_a_decision_is_an_op_config_with_the_same_parts(rule):
+    """SplitDecision.op_config names the dimension by its letter, and the strategy's parts
+    cut it as the decision's part sizes (uneven: 7 into 3 is 3, 2, 2)."""
+    shapes = {"Conv2D": (((7, 6, 6, 7), (3, 3, 7, 7)), ((7, 6, 6, 7),)),
+              "Conv2DBackpropInput": (((4,), (3, 3, 7, 7), (7, 6, 6, 7)), ((7, 6, 6, 7),)),
+              "Conv2DBackpropFilter": (((7, 6, 6, 7), (4,), (7, 6, 6, 7)), ((3, 3, 7, 7),)),
+              "MatMul": (((7, 7), (7, 7)), ((7, 7),))}
+    ins, outs = shapes[rule.op_type]
+    op = OpInfo("x", rule.op_type, input_shapes=ins, output_shapes=outs, attrs=dict(rule.when))
+    letter = dimension_letter(rule)
+    assert resolve(op).extent[letter] == 7
+    decision = SplitDecision(SplitCandidate("x", rule, 7, (), 0.0), 3)
+    config = decision.op_config(["a", "b", "c"])
+    assert config.split == {letter: 3} and config.devices == ("a", "b", "c")
+    assert [p.box[letter][1] - p.box[letter][0] for p in parts(op, config)] == \
+        list(decision.part_sizes) == [3, 2, 2]
+    with pytest.raises(GraphError, match="3 parts but 2 devices"):
+        decision.op_config(["a", "b"])
+
+
+def test_a_rule_outside_fddps_split_dims_has_no_letter():
+    rule = SplitRule("Relu", "batch", (0, 0), ((0, 0),), "concat", 0)
+    with pytest.raises(GraphError, match="Relu/batch names no dimension"):
+        dimension_letter(rule)
 
 
 def test_a_description_without_fixed_specs_or_without_the_dimension_is_an_error():

@@ -20,10 +20,13 @@ v1 = tf.compat.v1
 
 from costmodel import default_cost_model  # noqa: E402
 from fddps.errors import GraphError  # noqa: E402
-from fddps.strategy.fddps_splits import SplitDecision, part_name, slice_name  # noqa: E402
+from fddps.strategy import parts, simulate_strategy, validate  # noqa: E402
+from fddps.strategy.fddps_splits import (SplitDecision, dimension_letter, part_name,  # noqa: E402
+                                         slice_name, split_strategy)
 from fddps.tf import make_cluster, op_table, place, read_graph_def  # noqa: E402
 from fddps.tf.devices import same_device  # noqa: E402
 from fddps.tf.split_rewrite import split_graph_def, split_node_names  # noqa: E402
+from fddps.tf.strategy_graph import step_graph  # noqa: E402
 
 CPUS = ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2", "/device:CPU:3"]
 FETCHES = ["train", "loss"]
@@ -193,6 +196,30 @@ def test_place_splits_where_it_pays_and_is_correct(net, reference, tf_train_step
     assert "intra-op splits" in p.summary()
     ax = p.plot()
     assert [t.get_text() for t in ax.get_yticklabels()] == list(p.cluster.names)
+
+
+@pytest.mark.reads_cpu
+def test_a_split_placement_is_a_valid_strategy(net):
+    """FD-DPS's split decisions in the strategy layer's terms: every op of the step
+    configured, each split op an OpConfig on its parts' devices whose parts cut the
+    dimension as the decision did; the strategy validates and expands."""
+    cm = ConvHeavy()
+    cpus = make_cluster(CPUS, cm, share_cores=False)
+    p = place(net.graph_def, cpus, cost_model=cm, fetches=FETCHES)
+    decisions = p.schedule.info["splits"]
+    assert decisions
+    strategy = split_strategy(p.schedule)
+    step = step_graph(net.graph_def, FETCHES)
+    assert set(strategy.configs) == set(step.ops)
+    validate(strategy, step, list(p.cluster.names))
+    for d in decisions:
+        op, letter = d.candidate.op, dimension_letter(d.candidate.rule)
+        config = strategy.config(op)
+        assert config.split == {letter: d.parts}
+        assert config.devices == tuple(p.devices[part_name(op, j)] for j in range(d.parts))
+        boxes = [part.box[letter] for part in parts(step.ops[op], config)]
+        assert [stop - start for start, stop in boxes] == list(d.part_sizes)
+    assert simulate_strategy(step, strategy, p.cluster, cm).makespan > 0
 
 
 @pytest.mark.reads_cpu

@@ -17,7 +17,12 @@ scheduler):
   sizes the decision needs. The TensorFlow adapter builds them from shapes and
   hands them over in :attr:`OpGraph.split_candidates`.
 - :class:`SplitDecision`: split a candidate into ``k`` parts;
-  :func:`decisions_table` lists decisions like the paper's Table 6.
+  :func:`decisions_table` lists decisions like the paper's Table 6. In the
+  strategy layer's vocabulary a decision to split op ``X`` into ``k`` parts
+  along dimension ``d`` on devices ``D`` is ``OpConfig({d: k}, D)``
+  (:meth:`SplitDecision.op_config`, ``d`` the dimension's letter,
+  :func:`dimension_letter`), and a schedule of the split graph is a
+  :class:`~fddps.strategy.strategy.Strategy` (:func:`split_strategy`).
 - :func:`apply_splits` rewrites the op graph accordingly (slice, part and
   combine ops, the combine op keeping the original op's name so its consumers
   and fetches are unchanged).
@@ -46,6 +51,7 @@ import pandas as pd
 from ..errors import GraphError
 from ..graph import OpGraph
 from .ops import OP_DESCRIPTIONS, SAMPLE
+from .strategy import OpConfig, Strategy
 
 
 @dataclass(frozen=True)
@@ -211,6 +217,55 @@ class SplitDecision:
         sizes = tuple(len(a) for a in np.array_split(np.arange(self.candidate.size), self.parts))
         object.__setattr__(self, "part_sizes", sizes)
 
+    def op_config(self, devices) -> OpConfig:
+        """This decision in the strategy layer's terms: ``OpConfig({letter: parts}, devices)``.
+
+        ``letter`` is the split dimension's letter in the op's description
+        (:func:`dimension_letter`); ``devices`` holds one device per part, part
+        ``j`` (:func:`part_name`) first to last. The strategy's parts
+        (:func:`fddps.strategy.strategy.parts`) cover the same ranges of the
+        dimension as :attr:`part_sizes` (both cut as ``numpy.array_split``).
+
+        Raises
+        ------
+        GraphError
+            If ``devices`` does not hold one device per part, or the rule has
+            no letter (see :func:`dimension_letter`).
+
+        Example
+        -------
+        >>> rule = rules_for("Conv2D", {"data_format": "NHWC"})[1]
+        >>> cand = SplitCandidate("conv", rule, 16, (("w", 4.0),), 8.0)
+        >>> SplitDecision(cand, 2).op_config(["/cpu:0", "/cpu:1"])
+        OpConfig(split={'o': 2}, devices=('/cpu:0', '/cpu:1'))
+        """
+        devices = tuple(devices)
+        if len(devices) != self.parts:
+            raise GraphError(f"op {self.candidate.op!r} is split into {self.parts} parts but "
+                             f"{len(devices)} devices were given (one per part)")
+        return OpConfig({dimension_letter(self.candidate.rule): self.parts}, devices)
+
+
+def dimension_letter(rule: SplitRule) -> str:
+    """The letter of ``rule``'s dimension in its op's description (:data:`FDDPS_SPLIT_DIMS`).
+
+    Raises
+    ------
+    GraphError
+        For a rule that is not one of FD-DPS's derived rules (one added with
+        :func:`register_split_rule` under a name :data:`FDDPS_SPLIT_DIMS` does not list).
+
+    Example
+    -------
+    >>> [dimension_letter(r) for r in rules_for("MatMul")]
+    ['n', 'c', 'k']
+    """
+    for letter, dim in FDDPS_SPLIT_DIMS.get(rule.op_type, {}).items():
+        if dim == rule.dim:
+            return letter
+    raise GraphError(f"split rule {rule.op_type}/{rule.dim} names no dimension of the op's "
+                     "description (FDDPS_SPLIT_DIMS)")
+
 
 def part_name(op, j: int) -> str:
     """Name of part ``j`` of a split op."""
@@ -320,3 +375,53 @@ def decisions_table(decisions) -> pd.DataFrame:
                               estimated_gain=d.estimated_gain) for d in decisions],
                         columns=["op", "op_type", "dim", "size", "parts", "part_sizes", "combine",
                                  "estimated_gain"])
+
+
+def split_strategy(schedule, name: str = "FD-DPS splits") -> Strategy:
+    """A schedule of FD-DPS's split step as a :class:`~fddps.strategy.strategy.Strategy`.
+
+    ``schedule`` is a :class:`~fddps.schedule.Schedule` whose ``info["splits"]``
+    lists the decisions it was made with (as
+    :func:`fddps.algorithms.split_step.schedule_with_splits` leaves them; none
+    for a whole-op schedule) and whose graph is then the split graph
+    (:func:`apply_splits`). Each split op gets its decision's
+    :meth:`SplitDecision.op_config` on the devices its parts were scheduled on;
+    every other op of the original graph runs whole where it was scheduled. The
+    slice ops, and the device of a split op's combine op, have no counterpart:
+    a strategy's expansion decides where slices and combines happen.
+
+    Returns
+    -------
+    Strategy
+        Default device: the cluster's first.
+
+    Example
+    -------
+    >>> from fddps.cluster import Cluster
+    >>> from fddps.schedule import Schedule
+    >>> rule = rules_for("MatMul")[0]
+    >>> g = OpGraph(["x", "y"], [1.0, 4.0], [("x", "y", 8.0)])
+    >>> d = SplitDecision(SplitCandidate("y", rule, 2, (("x", 8.0),), 8.0), 2)
+    >>> split = apply_splits(g, [d])
+    >>> where = {"x": 0, "y": 0, "y/fddps_part_0": 0, "y/fddps_part_1": 1, "y/fddps_slice/x": 0}
+    >>> cluster = Cluster.homogeneous(2, names=["/cpu:0", "/cpu:1"])
+    >>> s = Schedule.from_order(split, cluster, [where[n] for n in split.names],
+    ...                         [[0, 4, 2, 1], [3]], info={"splits": [d]})
+    >>> split_strategy(s).configs["y"]
+    OpConfig(split={'n': 2}, devices=('/cpu:0', '/cpu:1'))
+    >>> sorted(split_strategy(s).configs)  # no slice nor part ops: the strategy's expansion adds them
+    ['x', 'y']
+    """
+    placement = schedule.placement
+    decisions = {d.candidate.op: d for d in schedule.info.get("splits") or ()}
+    added = {name for op, d in decisions.items()
+             for name in [*(part_name(op, j) for j in range(d.parts)),
+                          *(slice_name(op, producer) for producer, _ in d.candidate.sliced)]}
+    configs = {}
+    for op, device in placement.items():
+        if op in decisions:
+            d = decisions[op]
+            configs[op] = d.op_config([placement[part_name(op, j)] for j in range(d.parts)])
+        elif op not in added:
+            configs[op] = OpConfig({}, (device,))
+    return Strategy(configs, schedule.cluster.names[0], name=name)
