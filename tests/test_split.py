@@ -46,6 +46,29 @@ def test_adding_an_op_type_is_adding_an_entry():
         SPLIT_RULES.pop("TestOnlyOp")
 
 
+def test_parts_cost_what_the_cost_model_says_at_their_shape():
+    """A part pays the per-op overhead again: it is not its share of the whole op's time."""
+    g, cand = conv_chain(conv_cost=8.0)
+    # Overhead 1.5 s per op, work 6.5 s for the batch of 8: a part of 4 costs 4.75 s, of 2 3.125 s.
+    costed = SplitCandidate(cand.op, cand.rule, cand.size, cand.sliced, cand.output_bytes,
+                            cand.slice_cost, cand.combine_cost,
+                            part_costs=((2, (3.125,)), (3, (3.9375,)), (4, (4.75,))))
+    new = apply_splits(g, [SplitDecision(costed, 2)])
+    assert [float(new.cost[new.index[part_name("conv", j)]][0]) for j in range(2)] == [4.75, 4.75]
+    # Without part costs (a candidate built by hand), a part keeps its share of the whole.
+    old = apply_splits(g, [SplitDecision(cand, 2)])
+    assert float(old.cost[old.index[part_name("conv", 0)]][0]) == 4.0
+    # Planning sees the same part costs: an overhead that eats the gain leaves the op whole.
+    heavy = SplitCandidate(cand.op, cand.rule, cand.size, cand.sliced, cand.output_bytes,
+                           cand.slice_cost, cand.combine_cost,
+                           part_costs=((2, (7.9,)), (3, (7.9,)), (4, (7.9,))))
+    g2 = OpGraph(list(g.names), g.cost, list(zip([g.names[u] for u in g.src],
+                                                  [g.names[v] for v in g.dst], g.bytes)),
+                 transient=g.transient, split_candidates=[heavy])
+    cluster = Cluster.homogeneous(4)
+    assert plan_splits(g, cluster) and plan_splits(g2, cluster) == []
+
+
 def test_apply_splits_rewires_inputs_and_keeps_the_name():
     g, cand = conv_chain()
     new = apply_splits(g, [SplitDecision(cand, 3)])

@@ -65,7 +65,9 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
     be split: the group binds its combine op, which keeps the op's name, and the
     parts go anywhere. For ``k = 2 .. max_parts`` (default: the number of
     devices that can run it) the split's estimated time is: slicing the inputs,
-    the largest part (``ET * largest part / size``), moving a part of every
+    the largest part (its :meth:`~fddps.strategy.fddps_splits.SplitCandidate.part_cost`
+    relative to the whole op's, times ``ET``: the cost model at the part's
+    shape, per-op overhead included), moving a part of every
     sliced input and the whole of every other data input (``whole_bytes``) to
     another device and its output back, and combining; the best ``k`` is taken
     when it beats the whole op by ``min_gain`` of its time. An op with several
@@ -98,7 +100,7 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
             largest = -(-cand.size // k)
             moved = sum(b for _, b in cand.sliced) * largest / cand.size + cand.whole_bytes
             back = cand.output_bytes * (largest / cand.size if cand.rule.combine == "concat" else 1.0)
-            estimate = (slice_time + whole * largest / cand.size + combine_time
+            estimate = (slice_time + whole * _part_ratio(cand, largest, graph.cost[i]) + combine_time
                         + float(cluster.mean_transfer_time(moved + back)))
             if best is None or estimate < best[0]:
                 best = (estimate, k)
@@ -107,6 +109,16 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
             if cand.op not in decisions or gain > decisions[cand.op].estimated_gain:
                 decisions[cand.op] = SplitDecision(cand, best[1], gain)
     return list(decisions.values())
+
+
+def _part_ratio(cand, extent, whole) -> float:
+    """A part's cost over the whole op's, averaged over the device types that run it
+    (``extent / size`` where the whole op costs nothing)."""
+    whole = np.asarray(whole, dtype=np.float64)
+    runs = np.isfinite(whole) & (whole > 0)
+    if not runs.any():
+        return extent / cand.size
+    return float(np.mean(cand.part_cost(extent, whole)[runs] / whole[runs]))
 
 
 def schedule_with_splits(schedule_whole, graph: OpGraph, cluster, enabled=True, **plan_options):

@@ -9,7 +9,10 @@ bytes), the output's bytes, and what slicing and combining cost. Those two
 costs come from the cost model itself, asked about synthetic op-table rows of
 the ops the rewrite adds (``SplitV`` of the largest sliced input; ``ConcatV2``
 or ``AddN`` of the parts), so splitting is judged with the same model as every
-other op.
+other op. So does each part: a row of the op at the part's shape (FLOPs and
+sliced inputs by its share, unsliced inputs whole, the output by its share
+or whole for partial sums; as :func:`fddps.strategy.expand.expand` costs a
+part) for every extent a split into 2 .. ``max_parts`` parts gives.
 
 Ops are left whole, and counted by reason in the ``skipped`` dict, when:
 
@@ -55,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import FddpsError
-from ..strategy.fddps_splits import SPLIT_RULES, SplitCandidate, rules_for
+from ..strategy.fddps_splits import SPLIT_RULES, SplitCandidate, part_extents, part_name, rules_for
 from .graphdef import _parse_input
 
 #: Op types whose output is a shape vector TensorFlow computes from a tensor's shape.
@@ -187,6 +190,31 @@ def _synthetic_rows(found, max_parts):
                                        "output_bytes", "param_bytes"])
 
 
+def _part_rows(found, rows_of, max_parts):
+    """Op-table rows of every candidate's parts, one per extent (:func:`part_extents`).
+
+    ``rows_of[name]`` is the op's own op-table row (a dict); a part's row is a
+    copy with FLOPs and the sliced inputs' bytes scaled by its share, and the
+    output's bytes by its share for a concatenated output (whole for partial sums).
+
+    Returns
+    -------
+    (pandas.DataFrame, list of (candidate index, extent)) : the rows and what each is.
+    """
+    rows, keys = [], []
+    for c, (name, fields) in enumerate(found):
+        whole = rows_of[name]
+        sliced = sum(b for _, b in fields["sliced"])
+        for extent in part_extents(fields["size"], max_parts):
+            share = extent / fields["size"]
+            out = fields["output_bytes"] * (share if fields["rule"].combine == "concat" else 1.0)
+            rows.append(dict(whole, name=part_name(name, 0), flops=whole["flops"] * share,
+                             input_bytes=whole["input_bytes"] - sliced * (1 - share),
+                             output_bytes=out))
+            keys.append((c, extent))
+    return pd.DataFrame(rows), keys
+
+
 def _costs(cost_model, rows, device_types):
     """(n_rows, T) seconds of the synthetic rows, one column per device type."""
     try:
@@ -202,8 +230,8 @@ def _costs(cost_model, rows, device_types):
                 warnings.simplefilter("ignore", ProfileCoverageWarning)
             times = np.asarray(cost_model.op_times(rows, dtype), dtype=np.float64)
         if times.shape != (len(rows),) or not np.all(np.isfinite(times) & (times >= 0)):
-            raise FddpsError(f"cost_model.op_times gave invalid times for the slice/combine ops "
-                             f"of intra-op splitting on {dtype!r}: {times!r}")
+            raise FddpsError(f"cost_model.op_times gave invalid times for the slice, part or "
+                             f"combine ops of intra-op splitting on {dtype!r}: {times!r}")
         out[:, t] = times
     if hasattr(cost_model, "last_report"):
         cost_model.last_report = saved  # the graph's own report, not the synthetic rows'
@@ -239,7 +267,7 @@ def split_candidates(analysis, cost_model, device_types, max_parts, *, step_node
     Raises
     ------
     FddpsError
-        If the cost model gives invalid times for the slice or combine ops.
+        If the cost model gives invalid times for the slice, part or combine ops.
     """
     table = analysis.table
     n = len(table)
@@ -294,10 +322,19 @@ def split_candidates(analysis, cost_model, device_types, max_parts, *, step_node
                 found.append((names[i], fields))
     if not found:
         return [], skipped
-    costs = _costs(cost_model, _synthetic_rows(found, max_parts), list(device_types))
+    types = list(device_types)
+    costs = _costs(cost_model, _synthetic_rows(found, max_parts), types)
+    position = {name: k for k, name in enumerate(names)}
+    rows_of = {name: table.iloc[position[name]].to_dict() for name, _ in found}
+    rows, keys = _part_rows(found, rows_of, max_parts)
+    # No rows when at most one part fits (one device): the candidates then have no part costs.
+    part_times = _costs(cost_model, rows, types) if keys else np.empty((0, len(types)))
+    part_costs = [[] for _ in found]
+    for (c, extent), times in zip(keys, part_times.tolist()):
+        part_costs[c].append((extent, tuple(times)))
     out = [SplitCandidate(name, fields["rule"], fields["size"], fields["sliced"],
                           fields["output_bytes"], slice_cost=tuple(costs[2 * j].tolist()),
                           combine_cost=tuple(costs[2 * j + 1].tolist()),
-                          whole_bytes=fields["whole_bytes"])
+                          whole_bytes=fields["whole_bytes"], part_costs=tuple(part_costs[j]))
            for j, (name, fields) in enumerate(found)]
     return out, skipped
