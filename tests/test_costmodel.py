@@ -381,3 +381,25 @@ def test_cpu_preset_reads_a_faked_cpuinfo(monkeypatch, tmp_path):
         cpu_preset()
     monkeypatch.delenv("FDDPS_CPUINFO")
     assert presets["cpu"].source.startswith("this machine")
+
+
+@pytest.mark.reads_cpu
+def test_a_part_of_a_profiled_op_scales_that_ops_measurement():
+    """A part of a split op (its row names the op in ``profile_name``) gets the op's
+    measurement scaled by its work, not the type's fit: two halves cost the
+    whole plus the type's fixed cost, never less than the measured whole."""
+    ops = op_frame(40, "Conv2D", seed=5)
+    slow = truth(ops).to_numpy() * 4.0               # every op 4x slower than its type's fit
+    slow[0] *= 3.0                                   # and op0 much slower again
+    cm = fit_cost_model(ops.assign(seconds=slow, status="timed", device_type="CPU"))
+    op0 = ops.iloc[0]
+    half = pd.DataFrame([dict(op0, name=f"{op0['name']}/part_{j}", profile_name=op0["name"],
+                              flops=op0["flops"] / 2, input_bytes=op0["input_bytes"] / 2,
+                              output_bytes=op0["output_bytes"] / 2) for j in range(2)])
+    parts = cm.op_times(half, "CPU")
+    assert cm.last_report.counts == {"profile-scaled": 2}
+    assert parts.sum() >= slow[0] and parts.sum() < 1.1 * slow[0]
+    # The same rows without the link are costed by the type's fit, far below the measurement.
+    fit = cm.op_times(half.drop(columns="profile_name"), "CPU")
+    assert cm.last_report.counts == {"regression": 2}
+    assert fit.sum() < 0.5 * slow[0]

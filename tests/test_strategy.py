@@ -194,3 +194,44 @@ def test_sample_split_batch_norm_exchanges_its_statistics(cm):
            for s, t, b in zip(ex.graph.src, ex.graph.dst, ex.graph.bytes)}
     assert out[stats[0], ex.tasks[bn][1]] == 2 * 4 * channels
     assert ex.simulate(cluster).makespan > 0
+
+
+@pytest.mark.filterwarnings("ignore::costmodel.ProfileCoverageWarning")  # the Placeholders
+def test_splitting_a_profiled_op_on_one_device_never_shortens_the_step():
+    """Parts on the op's own device cost at least the measured whole: with a profiled
+    cost model the parts scale the op's measurement (``profile_name``), not the
+    type's fit, which had made two halves of ResNet-50's late convolutions a third
+    of the measured op and so a split on one device "faster"."""
+    from costmodel import fit_cost_model
+
+    mm = OpInfo("mm", "MatMul", inputs=(("x", 0), ("w", 0)),
+                input_shapes=((64, 512), (512, 512)), output_shapes=((64, 512),),
+                input_itemsizes=(4, 4), output_itemsizes=(4,),
+                flops=2 * 64 * 512 * 512, input_bytes=4 * (64 * 512 + 512 * 512),
+                output_bytes=4 * 64 * 512)
+    x = OpInfo("x", "Placeholder", output_shapes=((64, 512),), output_itemsizes=(4,),
+               output_bytes=4 * 64 * 512)
+    w = OpInfo("w", "Placeholder", output_shapes=((512, 512),), output_itemsizes=(4,),
+               output_bytes=4 * 512 * 512)
+    step = StepGraph([x, w, mm])
+    # Many MatMuls teach the type's fit a fast rate; "mm" itself measured 20x slower.
+    rng = np.random.default_rng(0)
+    n = rng.integers(64, 1024, 30)
+    others = pd.DataFrame({"name": [f"other{i}" for i in range(30)], "op_type": "MatMul",
+                           "flops": 2.0 * n * 512 * 512, "input_bytes": 4.0 * (n * 512 + 512 * 512),
+                           "output_bytes": 4.0 * n * 512})
+    others["seconds"] = 5e-6 + others["flops"] / 50e9
+    slow = pd.DataFrame([dict(name="mm", op_type="MatMul", flops=mm.flops,
+                              input_bytes=mm.input_bytes, output_bytes=mm.output_bytes,
+                              seconds=20 * (5e-6 + mm.flops / 50e9))])
+    measured = pd.concat([others, slow], ignore_index=True).assign(status="timed",
+                                                                   device_type="CPU")
+    cm = fit_cost_model(measured, base=default_cost_model())
+    devices = ["/device:CPU:0", "/device:CPU:1"]
+    cluster = cm.cluster(devices)
+    whole = Strategy({}, devices[0])
+    halves = Strategy({"mm": OpConfig({"n": 2}, (devices[0], devices[0]))}, devices[0])
+    t_whole = expand(step, whole, cluster, cm).simulate(cluster).makespan
+    t_halves = expand(step, halves, cluster, cm).simulate(cluster).makespan
+    assert t_whole >= float(slow.seconds[0])
+    assert t_halves >= t_whole

@@ -195,7 +195,9 @@ def _part_rows(found, rows_of, max_parts):
 
     ``rows_of[name]`` is the op's own op-table row (a dict); a part's row is a
     copy with FLOPs and the sliced inputs' bytes scaled by its share, and the
-    output's bytes by its share for a concatenated output (whole for partial sums).
+    output's bytes by its share for a concatenated output (whole for partial sums),
+    and ``profile_name`` the op's: a profiled cost model scales the op's own
+    measurement to the part.
 
     Returns
     -------
@@ -208,7 +210,8 @@ def _part_rows(found, rows_of, max_parts):
         for extent in part_extents(fields["size"], max_parts):
             share = extent / fields["size"]
             out = fields["output_bytes"] * (share if fields["rule"].combine == "concat" else 1.0)
-            rows.append(dict(whole, name=part_name(name, 0), flops=whole["flops"] * share,
+            rows.append(dict(whole, name=part_name(name, 0), profile_name=name,
+                             flops=whole["flops"] * share,
                              input_bytes=whole["input_bytes"] - sliced * (1 - share),
                              output_bytes=out))
             keys.append((c, extent))
