@@ -235,3 +235,10 @@ def test_splitting_a_profiled_op_on_one_device_never_shortens_the_step():
     t_halves = expand(step, halves, cluster, cm).simulate(cluster).makespan
     assert t_whole >= float(slow.seconds[0])
     assert t_halves >= t_whole
+    # The searches' incremental evaluator costs the parts alike, from scratch and by delta.
+    from fddps.search import StrategyEvaluator
+
+    ev = StrategyEvaluator(step, cluster, cm)
+    assert ev.reset(halves).makespan == pytest.approx(t_halves)
+    ev.reset(whole)
+    assert ev.propose({"mm": halves.config("mm")}).makespan == pytest.approx(t_halves)

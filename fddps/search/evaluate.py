@@ -41,6 +41,7 @@ True
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -240,10 +241,17 @@ class StrategyEvaluator:
             return {name: [(*r[:-1], None) if r[0] in ("T", "R") else r for r in recs]
                     for name, (recs, _) in built.items()}
         table = pd.DataFrame(all_rows, columns=["name", "op_type", "flops", "input_bytes",
-                                                "output_bytes", "param_bytes"])
-        cost = (np.column_stack([np.asarray(self.cost_model.op_times(table, t), dtype=np.float64)
-                                 for t in self.types]) if len(table) else
-                np.zeros((0, len(self.types))))
+                                                "output_bytes", "param_bytes", "profile_name"])
+        with warnings.catch_warnings():
+            # Each proposal re-costs a few ops; the step's expansion already named every
+            # op type that falls back, and hundreds of repeats would bury it. (Imported
+            # here: the cost model is any object with op_times, costmodel's or not.)
+            from costmodel import ProfileCoverageWarning
+
+            warnings.simplefilter("ignore", ProfileCoverageWarning)
+            cost = (np.column_stack([np.asarray(self.cost_model.op_times(table, t),
+                                                dtype=np.float64) for t in self.types])
+                    if len(table) else np.zeros((0, len(self.types))))
         persistent, transient = self.cost_model.memory(table) if len(table) else ((), ())
         op_types = table["op_type"].tolist()
         out = {}
