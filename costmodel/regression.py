@@ -218,8 +218,11 @@ class OpTimeModel:
         meas = self.measured_
         hit = np.flatnonzero(np.isin(names, meas["name"].to_numpy()))
         if hit.size:
-            cand = pd.DataFrame({"row": hit, "name": names[hit]}).merge(
-                meas.reset_index().rename(columns={"index": "m"}), on="name")
+            # The same name with another type is another op (a rewritten graph
+            # keeps a split op's name on the IdentityN that gathers its parts).
+            cand = pd.DataFrame({"row": hit, "name": names[hit],
+                                 "op_type": ops["op_type"].astype(str).to_numpy()[hit]}).merge(
+                meas.reset_index().rename(columns={"index": "m"}), on=["name", "op_type"])
             xm = cand[list(FEATURES)].to_numpy()
             xr = x[cand["row"].to_numpy()]
             dist = np.abs(np.log1p(xm) - np.log1p(xr)).sum(axis=1)

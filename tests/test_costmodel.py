@@ -403,3 +403,21 @@ def test_a_part_of_a_profiled_op_scales_that_ops_measurement():
     fit = cm.op_times(half.drop(columns="profile_name"), "CPU")
     assert cm.last_report.counts == {"regression": 2}
     assert fit.sum() < 0.5 * slow[0]
+
+
+def test_a_measurement_is_matched_by_name_and_type():
+    """A row with a profiled op's name but another type is another op: a rewritten
+    graph keeps a split op's name on the IdentityN that gathers its parts, which
+    must not cost the measured convolution."""
+    ops = op_frame(40, "Conv2D", seed=5)
+    slow = truth(ops).to_numpy() * 4.0
+    cm = fit_cost_model(ops.assign(seconds=slow, status="timed", device_type="CPU"))
+    op0 = ops.iloc[0]
+    same = pd.DataFrame([dict(op0)])
+    assert cm.op_times(same, "CPU")[0] == pytest.approx(slow[0])
+    assert cm.last_report.counts == {"profile": 1}
+    gather = pd.DataFrame([dict(op0, op_type="IdentityN", flops=0.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", costmodel.ProfileCoverageWarning)
+        cm.op_times(gather, "CPU")
+    assert set(cm.last_report.counts) <= {"regression", "fallback"}
