@@ -290,6 +290,47 @@ def test_place_accepts_a_strategy_and_data_parallel_is_one():
                     strategy=Strategy({"loss": OpConfig({}, ["/device:CPU:9"])}, CPUS[0]))
 
 
+def test_a_placed_strategy_predicts_its_written_graph_and_slices_where_the_data_is():
+    """place(strategy=...) predicts the GraphDef it writes, every node it adds
+    included, and slices each tensor on the device that holds it, so that only
+    the part a reader needs crosses a link."""
+    import fddps
+    from costmodel import default_cost_model
+
+    g, fetches, _, _ = _small_cnn()
+    step = step_graph(g, fetches)
+    for strategy in (parameter_split(step, CPUS[:2]), data_parallel(step, CPUS[:2])):
+        p = fddps.place(g, CPUS[:2], cost_model=default_cost_model(), fetches=fetches,
+                        strategy=strategy)
+        nodes = {n.name: n for n in p.graph_def.node}
+        runs, todo = set(), [f.split(":")[0] for f in fetches]  # what a step runs
+        while todo:
+            name = todo.pop()
+            if name not in runs:
+                runs.add(name)
+                todo.extend(i.split(":")[0].lstrip("^") for i in nodes[name].input)
+        added = {n for n in runs if nodes[n].op in ("Slice", "ConcatV2", "AddN")
+                 and "/fddps_" in n}
+        assert added and added <= set(p.schedule.graph.names), strategy.name
+        assert p.makespan == p.info["executor_makespan"] != p.info["expansion_makespan"]
+        for n in p.graph_def.node:
+            if n.op == "Slice" and "/fddps_" in n.name:
+                data = nodes[n.input[0].split(":")[0].lstrip("^")]
+                assert n.device == data.device, (n.name, n.device, data.name, data.device)
+    # The channel split reads a part of w1 on each device (by output channel for the
+    # convolution, by input channel for its input gradient): parts cross, never w1.
+    w1 = 3 * 3 * 3 * 8 * 4
+    p = fddps.place(g, CPUS[:2], cost_model=default_cost_model(), fetches=fetches,
+                    strategy=parameter_split(step, CPUS[:2]))
+    s = p.schedule
+    names = np.array(s.graph.names)
+    cross = s.device[s.graph.src] != s.device[s.graph.dst]
+    moved = {(names[a], int(s.device[b])): nb for a, b, nb in
+             zip(s.graph.src[cross], s.graph.dst[cross], s.graph.bytes[cross])}
+    from_w1 = [nb for (src, _), nb in moved.items() if src.startswith("Conv2D/ReadVariableOp")]
+    assert from_w1 and max(from_w1) < w1
+
+
 def test_batch_norm_split_by_sample_and_channel_feeds_its_gradient_directly():
     g = tf.Graph()
     with g.as_default():

@@ -173,6 +173,11 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
     ops = table.iloc[idx].reset_index(drop=True)
     names = ops["name"].tolist()
     n = len(names)
+    # A part of a split op (``X/fddps_part_j``, as the strategy and split
+    # rewrites name it) scales X's measurement, if X was profiled.
+    part_of = ops["name"].str.extract(r"^(.*)/fddps_part_\d+$", expand=False)
+    if part_of.notna().any():
+        ops["profile_name"] = part_of
 
     types = []
     for d in cluster.devices:
