@@ -171,7 +171,8 @@ class AutoSearch(StrategySearch):
                     full_seconds=mc.info["full_seconds"] if mc else float("nan"))
         if dp is not None:
             info["pase_additive_cost"] = dp.info["additive_cost"]
-        return SearchResult(strategy, makespan, peak, fits, winner, total, info)
+        return SearchResult(strategy, makespan, peak, fits, winner, total, info,
+                            candidates={n: c[0] for n, c in candidates.items()})
 
 
 def describe_search(info) -> str:
@@ -182,6 +183,14 @@ def describe_search(info) -> str:
                 + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                             for k, v in found.items() if not isinstance(v, dict)))
     steps = ", ".join(f"{n} {s * 1e3:.4g} ms" for n, s in found["steps"].items())
-    return (f"strategy search (auto, {info['search_seconds']:.1f} s): {found['winner']} won, "
+    text = (f"strategy search (auto, {info['search_seconds']:.1f} s): {found['winner']} won, "
             f"{found['speedup_over_best_baseline']:.3g}x the best of one device, data parallelism "
             f"and whole-op placement; predicted steps: {steps}")
+    if "written_steps" in found:  # re-timed on the rewritten GraphDefs (fddps.tf.search_place)
+        written = found["written_steps"]
+        base = [written[n] for n in ("one device", "data parallel", "fddps") if n in written]
+        best = written[found["written_winner"]]
+        text += (f"; as written (with the ops the rewrite adds): {found['written_winner']} won, "
+                 f"{min(base) / best:.3g}x the best baseline; "
+                 + ", ".join(f"{n} {s * 1e3:.4g} ms" for n, s in written.items()))
+    return text

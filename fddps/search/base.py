@@ -80,6 +80,9 @@ class SearchResult:
     info : dict
         Search-specific facts (proposals, accepted, the DP's additive cost,
         the delta and full seconds per proposal, the baselines' steps...).
+    candidates : dict
+        ``auto`` only: every candidate's strategy by name (as ``info["steps"]``),
+        so that a caller can re-time them another way.
     """
 
     strategy: object
@@ -89,6 +92,7 @@ class SearchResult:
     search: str
     seconds: float
     info: dict = field(default_factory=dict)
+    candidates: dict = field(default_factory=dict)
 
 
 class StrategySearch:
