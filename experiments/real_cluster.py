@@ -183,7 +183,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     from tqdm.auto import tqdm
 
     import fddps
-    from fddps import Schedule
+    from fddps import Schedule, simulate
     from fddps.algorithms import parse_algorithm
     from fddps.tf import local_cluster, make_cluster
 
@@ -242,6 +242,13 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            predicted_transfer_cpu=(
                                Schedule.from_order(s.graph, cpu_cluster, s.device, s.order).makespan
                                if cpu_cluster is not None else np.nan),
+                           # TensorFlow's own order on one inter-op thread per worker
+                           # (depth first; ops readied by a received tensor wait
+                           # behind local work): what runs without order edges.
+                           predicted_tf_order=(
+                               np.nan if enforce_order and p.info.get("order_edges_added")
+                               else simulate(s.graph, p.cluster, s.device,
+                                             policy="tensorflow").makespan),
                            order_edges=p.info.get("order_edges_added", 0),
                            ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
                            chosen=str(p.info.get("search", p.info.get("strategy", ""))),
@@ -284,6 +291,8 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                             pred_error=f"{(r.predicted - r.measured) / r.measured:+.0%}",
                             pred_cpu_ms=round(cpu * 1e3, 1),
                             pred_cpu_error=f"{(cpu - r.measured) / r.measured:+.0%}",
+                            pred_tf_ms=round(getattr(r, "predicted_tf_order", np.nan) * 1e3, 1),
+                            pred_tf_error=f"{(getattr(r, 'predicted_tf_order', np.nan) - r.measured) / r.measured:+.0%}",
                             x_single_measured=f"{single / r.measured:.2f}x",
                             x_single_predicted=f"{single_pred / r.predicted:.2f}x",
                             ops_w0_w1=f"{r.ops_worker0}/{r.ops_worker1}",
