@@ -9,8 +9,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from costmodel import default_cost_model  # noqa: E402
-from fddps.strategy import (OpConfig, Strategy, StrategyError, attribute_split,  # noqa: E402
-                            description_table, expand, resolve)
+from fddps.strategy import (NotDescribed, OpConfig, Strategy, StrategyError,  # noqa: E402
+                            attribute_split, description_table, expand, resolve)
 from fddps.strategy.graph import OpInfo, StepGraph  # noqa: E402
 from fddps.tf.strategy_graph import step_graph  # noqa: E402
 from fddps.tf.strategy_rewrite import rewrite_strategy  # noqa: E402
@@ -33,7 +33,8 @@ def _rand(shape, seed):
 EXPLICIT = [0, 0, 2, 1, 1, 0, 0, 0]  # rows: 2 before, 1 after; columns: 1 before
 
 
-def _out_shape(stride, padding, kernel):
+def _out_shape(stride, padding, kernel, dilation=1):
+    kernel = (kernel - 1) * dilation + 1  # a dilated window's effective extent
     if padding == "EXPLICIT":
         return [(X[1] + 3 - kernel) // stride + 1, (X[2] + 1 - kernel) // stride + 1]
     if padding == "SAME":
@@ -41,45 +42,53 @@ def _out_shape(stride, padding, kernel):
     return [(X[1] - kernel) // stride + 1, (X[2] - kernel) // stride + 1]
 
 
-def _build(op_type, stride, padding, kernel=3):
-    """The op ``X`` of ``op_type`` (NHWC, dilation 1) in the current graph."""
-    st = [1, stride, stride, 1]
-    win = dict(strides=st, padding=padding)
+def _build(op_type, stride, padding, kernel=3, dilation=1, fmt="NHWC"):
+    """The op ``X`` of ``op_type`` in the current graph: the input ``X`` (NHWC), its rows and
+    columns at the axes ``fmt`` puts them (NCHW: channels second, the same numbers)."""
+    def lay(v):  # an NHWC-ordered 4-vector in fmt's order
+        return [v[0], v[3], v[1], v[2]] if fmt == "NCHW" else list(v)
+
+    win = dict(strides=lay([1, stride, stride, 1]), padding=padding)
+    if fmt != "NHWC":
+        win["data_format"] = fmt
     if padding == "EXPLICIT":
-        win["explicit_paddings"] = EXPLICIT
+        win["explicit_paddings"] = sum(lay([EXPLICIT[2 * a:2 * a + 2] for a in range(4)]), [])
+    conv = dict(win, **({"dilations": lay([1, dilation, dilation, 1])} if dilation != 1 else {}))
+    x = lay(X)
     f = (kernel, kernel, X[3], 4)
-    ks = [1, kernel, kernel, 1]
-    y = [X[0]] + _out_shape(stride, padding, kernel)
+    ks = lay([1, kernel, kernel, 1])
+    y = [X[0]] + _out_shape(stride, padding, kernel, dilation)
     if op_type == "Conv2D":
-        return raw.Conv2D(input=_rand(X, 1), filter=_rand(f, 2), name="X", **win)
+        return raw.Conv2D(input=_rand(x, 1), filter=_rand(f, 2), name="X", **conv)
     if op_type == "Conv2DBackpropInput":
-        return raw.Conv2DBackpropInput(input_sizes=tf.constant(X), filter=_rand(f, 2),
-                                       out_backprop=_rand(y + [4], 3), name="X", **win)
+        return raw.Conv2DBackpropInput(input_sizes=tf.constant(x), filter=_rand(f, 2),
+                                       out_backprop=_rand(lay(y + [4]), 3), name="X", **conv)
     if op_type == "Conv2DBackpropFilter":
-        return raw.Conv2DBackpropFilter(input=_rand(X, 1), filter_sizes=tf.constant(f),
-                                        out_backprop=_rand(y + [4], 3), name="X", **win)
+        return raw.Conv2DBackpropFilter(input=_rand(x, 1), filter_sizes=tf.constant(f),
+                                        out_backprop=_rand(lay(y + [4]), 3), name="X", **conv)
     dw = (kernel, kernel, X[3], 1)
     if op_type == "DepthwiseConv2dNative":
-        return raw.DepthwiseConv2dNative(input=_rand(X, 1), filter=_rand(dw, 2), name="X", **win)
+        return raw.DepthwiseConv2dNative(input=_rand(x, 1), filter=_rand(dw, 2), name="X", **conv)
     if op_type == "DepthwiseConv2dNativeBackpropInput":
         return raw.DepthwiseConv2dNativeBackpropInput(
-            input_sizes=tf.constant(X), filter=_rand(dw, 2), out_backprop=_rand(y + [X[3]], 3),
-            name="X", **win)
+            input_sizes=tf.constant(x), filter=_rand(dw, 2), out_backprop=_rand(lay(y + [X[3]]), 3),
+            name="X", **conv)
     if op_type == "DepthwiseConv2dNativeBackpropFilter":
         return raw.DepthwiseConv2dNativeBackpropFilter(
-            input=_rand(X, 1), filter_sizes=tf.constant(dw), out_backprop=_rand(y + [X[3]], 3),
-            name="X", **win)
+            input=_rand(x, 1), filter_sizes=tf.constant(dw), out_backprop=_rand(lay(y + [X[3]]), 3),
+            name="X", **conv)
+    assert dilation == 1, "TensorFlow's pools have no dilations"
     if op_type == "MaxPool":
-        return raw.MaxPool(input=_rand(X, 1), ksize=ks, name="X", **win)
+        return raw.MaxPool(input=_rand(x, 1), ksize=ks, name="X", **win)
     if op_type == "AvgPool":
-        return raw.AvgPool(value=_rand(X, 1), ksize=ks, name="X", **win)
+        return raw.AvgPool(value=_rand(x, 1), ksize=ks, name="X", **win)
     if op_type == "MaxPoolGrad":
-        x = _rand(X, 1)
+        x = _rand(x, 1)
         return raw.MaxPoolGrad(orig_input=x, orig_output=raw.MaxPool(input=x, ksize=ks, **win),
-                               grad=_rand(y + [X[3]], 2), ksize=ks, name="X", **win)
+                               grad=_rand(lay(y + [X[3]]), 2), ksize=ks, name="X", **win)
     assert op_type == "AvgPoolGrad"
-    return raw.AvgPoolGrad(orig_input_shape=tf.constant(X), grad=_rand(y + [X[3]], 2), ksize=ks,
-                           name="X", **win)
+    return raw.AvgPoolGrad(orig_input_shape=tf.constant(x), grad=_rand(lay(y + [X[3]]), 2),
+                           ksize=ks, name="X", **win)
 
 
 def _run(gd, fetches):
@@ -128,12 +137,126 @@ def test_window_op_split_by_height_and_width_computes_the_whole_op(op_type, stri
     assert g.as_graph_def() == gd  # the user's graph is untouched
 
 
+# Dilated windows (NHWC): the halo is the effective extent (k - 1) * d + 1. TensorFlow's
+# pools have no dilations; dilated depthwise backprops stay whole (see below).
+DILATED = [(t, s, p, 3, d, "NHWC")
+           for t in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "DepthwiseConv2dNative")
+           for d in (2, 3) for s in (1, 2) for p in ("SAME", "VALID")]
+DILATED += [("Conv2D", s, "EXPLICIT", 3, 2, "NHWC") for s in (1, 2)]
+DILATED += [("Conv2D", 3, "VALID", 2, 2, "NHWC"), ("Conv2DBackpropInput", 3, "SAME", 2, 3, "NHWC")]
+# NCHW: every window op, strides 1 and 2, SAME and VALID; explicit padding; dilated.
+# NCHW max pools stay whole (below).
+NCHW_MAX_POOLS = ("MaxPool", "MaxPoolGrad")
+NCHW = [(t, s, p, 3, 1, "NCHW") for t in WINDOW_OPS if t not in NCHW_MAX_POOLS
+        for s in (1, 2) for p in ("SAME", "VALID")]
+NCHW += [("Conv2D", s, "EXPLICIT", 3, 1, "NCHW") for s in (1, 2)]
+NCHW += [("AvgPool", 3, "SAME", 2, 1, "NCHW")]
+NCHW += [(t, s, p, 3, d, "NCHW")
+         for t in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "DepthwiseConv2dNative")
+         for s, p, d in ((1, "SAME", 2), (2, "VALID", 3))]
+
+
+@pytest.mark.parametrize("op_type,stride,padding,kernel,dilation,fmt", DILATED + NCHW)
+def test_dilated_and_nchw_window_op_split_along_each_dimension_computes_the_whole_op(
+        op_type, stride, padding, kernel, dilation, fmt):
+    g = tf.Graph()
+    with g.as_default():
+        _build(op_type, stride, padding, kernel, dilation, fmt)
+    gd = g.as_graph_def()
+    dims = resolve(step_graph(gd, ["X"]).ops["X"])
+    assert set(dims.halo) == {"h", "w"} and not dims.whole_reason
+    assert all(h.dilation == dilation and h.kernel == (kernel - 1) * dilation + 1
+               for h in dims.halo.values())
+    try:
+        want = _run(gd, "X:0")
+    except tf.errors.OpError as e:  # the unsplit graph cannot run here either
+        pytest.skip(f"TensorFlow cannot run the whole op on this CPU: {e.message[:200]}")
+    splits = [{d: min(3, dims.extent[d])} for d in dims.dims if dims.extent[d] > 1]
+    splits += [{"h": 2}, {"w": 2}, {"h": 2, "w": 2}]
+    for split in splits:
+        if any(dims.extent[d] < f for d, f in split.items()):
+            continue
+        n = int(np.prod(list(split.values())))
+        out = rewrite_strategy(gd, Strategy({"X": OpConfig(split, CPUS[:n])}, CPUS[0]), ["X"], CPUS)
+        parts = [n for n in out.node if n.name.startswith("X/fddps_part_") and n.op == op_type]
+        assert {p.device for p in parts} <= set(CPUS[:n]) and len(parts) >= n - 1
+        assert all(p.attr["data_format"].s == fmt.encode() for p in parts)
+        if set(split) & {"h", "w"}:  # parts run on the haloed slices, VALID, still dilated
+            assert all(p.attr["padding"].s == b"VALID" for p in parts)
+            assert all(max(p.attr["dilations"].list.i or [1]) == dilation for p in parts)
+        np.testing.assert_allclose(_run(out, "X:0"), want, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"{op_type} {fmt} stride {stride} {padding} dilation "
+                                           f"{dilation} split {split}")
+
+
+@pytest.mark.parametrize("op_type", ["DepthwiseConv2dNativeBackpropInput",
+                                     "DepthwiseConv2dNativeBackpropFilter"])
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_dilated_depthwise_backprop_keeps_its_spatial_axes_whole_and_says_why(op_type, fmt):
+    """TensorFlow's CPU kernels fail on these with VALID padding (what a spatial part runs)
+    and, with SAME, disagree with the same gradient through the dilated filter: kept whole."""
+    g = tf.Graph()
+    with g.as_default():
+        _build(op_type, 1, "SAME", 3, 2, fmt)
+    dims = resolve(step_graph(g, ["X"]).ops["X"])
+    assert not dims.halo and {"h", "w"}.isdisjoint(dims.extent)
+    assert "dilated depthwise backprop" in dims.whole_reason and "VALID" in dims.whole_reason
+    with pytest.raises(StrategyError, match=r"cannot be split along 'h': its spatial axes stay "
+                                            r"whole \(a dilated depthwise backprop"):
+        rewrite_strategy(g, Strategy({"X": OpConfig({"h": 2}, CPUS[:2])}, CPUS[0]), ["X"], CPUS)
+
+
+@pytest.mark.parametrize("op_type", NCHW_MAX_POOLS)
+def test_nchw_max_pools_are_kept_whole_and_say_why(op_type):
+    """TensorFlow's CPU MaxPoolGrad runs NCHW only on its own MaxPool's output (oneDNN
+    pairs them): fed a slice it fails ("Default MaxPoolingGradOp only supports NHWC"), so
+    neither a part of it nor the whole gradient of a split pool could run."""
+    g = tf.Graph()
+    with g.as_default():
+        _build(op_type, 2, "SAME", 3, 1, "NCHW")
+    op = step_graph(g, ["X"]).ops["X"]
+    with pytest.raises(NotDescribed, match="an NCHW max pool .*runs NCHW only on its own MaxPool"):
+        resolve(op)
+    with pytest.raises(StrategyError, match=f"op 'X' \\({op_type}\\) cannot be split: an NCHW "
+                                            "max pool"):
+        rewrite_strategy(g, Strategy({"X": OpConfig({"n": 2}, CPUS[:2])}, CPUS[0]), ["X"], CPUS)
+    with g.as_default():  # the CPU's refusal this stands for: the gradient of a slice
+        x = _rand([2, 3, 7, 9], 1)
+        win = dict(ksize=[1, 1, 3, 3], strides=[1, 1, 2, 2], padding="SAME", data_format="NCHW")
+        y = raw.MaxPool(input=x, **win)
+        raw.MaxPoolGrad(orig_input=x[:1], orig_output=y[:1], grad=y[:1], name="Z", **win)
+    if tf.config.list_logical_devices("GPU"):
+        return  # a GPU kernel may take it
+    with pytest.raises(tf.errors.OpError):
+        _run(g.as_graph_def(), "Z:0")
+
+
 def test_description_table_shows_the_halo_of_every_window_op():
-    table = description_table().set_index("op_type")
-    for t in WINDOW_OPS:
-        assert table.loc[t, "halo"].split(",")[0] in ("forward", "backward"), t
-    assert table.loc["MaxPoolGrad", "inputs"] == "nHWc, nYXc, nYXc"
-    assert table.loc["Conv2DBackpropFilter", "halo"] == "forward, kernel from filter_sizes"
+    table = description_table()
+    for fmt in ("NHWC", "NCHW"):
+        rows = table[table["when"] == f"data_format={fmt}"].set_index("op_type")
+        for t in WINDOW_OPS:
+            assert rows.loc[t, "halo"].split(",")[0] in ("forward", "backward"), (t, fmt)
+            if fmt == "NCHW" and t in NCHW_MAX_POOLS:
+                assert rows.loc[t, "note"].startswith("kept whole: an NCHW max pool"), t
+                continue
+            assert rows.loc[t, "dilated"].startswith(
+                "kept whole" if t.startswith("DepthwiseConv2dNativeBackprop") else "split"), t
+    nhwc = table.drop_duplicates("op_type").set_index("op_type")  # the first entry: NHWC
+    assert nhwc.loc["MaxPoolGrad", "inputs"] == "nHWc, nYXc, nYXc"
+    assert nhwc.loc["Conv2DBackpropFilter", "halo"] == "forward, kernel from filter_sizes"
+    nchw = table[table["when"] == "data_format=NCHW"].set_index("op_type")
+    assert nchw.loc["Conv2D", "inputs"] == "niHW, ..io" and nchw.loc["Conv2D", "outputs"] == "nohw"
+    assert nhwc.loc["MatMul", "dilated"] == ""
+
+
+def test_resolve_names_the_layout_it_has_no_description_for():
+    op = OpInfo("x", "MaxPool", input_shapes=((2, 8, 8, 4),), output_shapes=((2, 4, 4, 4),),
+                attrs=dict(data_format="NCHW_VECT_C", strides=(1, 2, 2, 1), ksize=(1, 2, 2, 1),
+                           padding="VALID"))
+    with pytest.raises(NotDescribed, match="no MaxPool description for its attributes "
+                                           "\\(data_format='NCHW_VECT_C'\\)"):
+        resolve(op)
 
 
 # -- the task graph: halo bytes ------------------------------------------------------
@@ -240,10 +363,12 @@ def test_split_factor_larger_than_the_spatial_extent_names_the_op_and_dimension(
     g = tf.Graph()
     with g.as_default():
         raw.Conv2D(input=_rand(X, 1), filter=_rand((3, 3, 3, 4), 2), strides=[1, 1, 1, 1],
-                   dilations=[1, 2, 2, 1], padding="SAME", name="X")
-    with pytest.raises(StrategyError, match=r"op 'X' \(Conv2D\) cannot be split along 'w': its "
-                                            r"spatial axes stay whole \(a dilated window\)"):
-        rewrite_strategy(g, Strategy({"X": OpConfig({"w": 2}, CPUS[:2])}, CPUS[0]), ["X"], CPUS)
+                   dilations=[1, 1, 2, 1], padding="SAME", name="X")  # dilated along w only
+    op = step_graph(g, ["X"]).ops["X"]
+    halo = resolve(op).halo
+    assert (halo["h"].dilation, halo["h"].kernel, halo["w"].dilation, halo["w"].kernel) == (1, 3, 2, 5)
+    op.attrs["dilations"] = (1, 1, 2, 2)  # a dilation TensorFlow refuses: on the channels
+    assert resolve(op).whole_reason == "dilations (1, 1, 2, 2) (not on the spatial axes)"
 
 
 # -- a training step with every convolution split by rows ------------------------------
