@@ -10,7 +10,7 @@ tf = pytest.importorskip("tensorflow")
 
 from costmodel import default_cost_model  # noqa: E402
 from fddps.strategy import (NotDescribed, OpConfig, Strategy, StrategyError,  # noqa: E402
-                            attribute_split, description_table, expand, resolve)
+                            attribute_split, combine, description_table, expand, resolve)
 from fddps.strategy.graph import OpInfo, StepGraph  # noqa: E402
 from fddps.tf.strategy_graph import step_graph  # noqa: E402
 from fddps.tf.strategy_rewrite import rewrite_strategy  # noqa: E402
@@ -431,6 +431,132 @@ def test_cnn_training_step_with_every_convolution_split_by_rows_matches_unsplit(
                         for n, c in strategy.configs.items()},
                        strategy.default_device.replace("CPU", "GPU"))
     assert expand(step, on_gpus, cluster, cm).simulate(cluster).makespan > 0
+
+
+def _dilated_cnn():
+    """NHWC: a dilated 3x3 convolution (rate 2, SAME) - batch norm - ReLU, a dilated one
+    (rate 3, VALID) - ReLU, a dilated strided one (rate 2, stride 2, SAME), average pool,
+    dense, softmax cross-entropy, momentum; their gradients are dilated backprops."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(5)
+        x = _rand([4, 16, 15, 3], 1)
+        labels = tf.one_hot(tf.constant([0, 1, 2, 3]), 5)
+        var = lambda name, shape, **kw: tf.compat.v1.get_variable(name, shape, use_resource=True,
+                                                                  **kw)
+        w1, w2, w3 = var("w1", [3, 3, 3, 8]), var("w2", [3, 3, 8, 8]), var("w3", [3, 3, 8, 6])
+        gamma = var("gamma", [8], initializer=tf.ones_initializer())
+        beta = var("beta", [8], initializer=tf.zeros_initializer())
+        w4 = var("w4", [5 * 5 * 6, 5])
+        h = tf.nn.conv2d(x, w1, 1, "SAME", dilations=2)                     # 16 x 15
+        h, _, _ = tf.compat.v1.nn.fused_batch_norm(h, gamma, beta, is_training=True)
+        h = tf.nn.relu(tf.nn.conv2d(tf.nn.relu(h), w2, 1, "VALID", dilations=3))  # 10 x 9
+        h = tf.nn.conv2d(h, w3, 2, "SAME", dilations=2)                     # 5 x 5
+        h = tf.nn.avg_pool2d(h, 2, 1, "SAME")
+        logits = tf.matmul(tf.reshape(h, [4, -1]), w4)
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=labels,
+                                                                      logits=logits), name="loss")
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+        init = tf.compat.v1.global_variables_initializer()
+    reads = [f"{v}/Read/ReadVariableOp:0" for v in ("w1", "gamma", "beta", "w2", "w3", "w4")]
+    return g, SimpleNamespace(train=train.name, loss="loss:0", init=init.name, reads=reads, feed={})
+
+
+def _nchw_cnn():
+    """NCHW throughout: convolution, batch norm, ReLU, average pool (3x3/2 SAME),
+    depthwise convolution, a dilated convolution (rate 2, VALID) + bias, ReLU, max pool
+    (2x2/1 VALID: kept whole, see above), dense, softmax cross-entropy, momentum."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(7)
+        x = _rand([4, 3, 16, 15], 1)
+        labels = tf.one_hot(tf.constant([0, 1, 2, 3]), 5)
+        var = lambda name, shape, **kw: tf.compat.v1.get_variable(name, shape, use_resource=True,
+                                                                  **kw)
+        w1, b2, wd = var("w1", [3, 3, 3, 8]), var("b2", [6]), var("wd", [3, 3, 8, 1])
+        gamma = var("gamma", [8], initializer=tf.ones_initializer())
+        beta = var("beta", [8], initializer=tf.zeros_initializer())
+        w2, w3 = var("w2", [3, 3, 8, 6]), var("w3", [6 * 3 * 3, 5])
+        nchw = dict(data_format="NCHW")
+        h = tf.nn.conv2d(x, w1, 1, "SAME", **nchw)                                # 16 x 15
+        h, _, _ = tf.compat.v1.nn.fused_batch_norm(h, gamma, beta, is_training=True, **nchw)
+        h = tf.nn.avg_pool2d(tf.nn.relu(h), 3, 2, "SAME", **nchw)                  # 8 x 8
+        h = tf.nn.depthwise_conv2d(h, wd, [1, 1, 1, 1], "SAME", **nchw)
+        h = tf.nn.conv2d(h, w2, 1, "VALID", dilations=2, **nchw)                  # 4 x 4
+        h = tf.nn.relu(tf.nn.bias_add(h, b2, **nchw))
+        h = tf.nn.max_pool2d(h, 2, 1, "VALID", **nchw)                            # 3 x 3
+        logits = tf.matmul(tf.reshape(h, [4, -1]), w3)
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=labels,
+                                                                      logits=logits), name="loss")
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+        init = tf.compat.v1.global_variables_initializer()
+    reads = [f"{v}/Read/ReadVariableOp:0" for v in ("w1", "wd", "gamma", "beta", "w2", "b2", "w3")]
+    return g, SimpleNamespace(train=train.name, loss="loss:0", init=init.name, reads=reads, feed={})
+
+
+def _nchw_rows(step, devices):
+    """Every op split by rows in NCHW: layout ops (a ``data_format``) along ``h``; the
+    element-wise ops between them along axis 2, which their generic names call ``w``."""
+    def rank4(op):
+        return "data_format" not in op.attrs and len(op.output_shapes[0] or ()) == 4
+
+    by_h = attribute_split(step, devices, ("h",), only=lambda op: op.attrs.get("data_format"))
+    return combine(by_h, attribute_split(step, devices, ("w",), only=rank4), name="NCHW rows")
+
+
+def _check_step(train_step, g, model, strategy, k, split_types):
+    """Rewrite ``strategy`` (on ``k`` CPUs), run one step (``train_step``: the fixture):
+    loss and variables as unsplit; the ops of ``split_types`` split. Returns the step and
+    the rewritten GraphDef."""
+    fetches = [model.train, model.loss]
+    step = step_graph(g, fetches)
+    split = {step.ops[n].op_type for n, c in strategy.configs.items() if c.num_parts > 1}
+    assert set(split_types) <= split, set(split_types) - split
+    try:
+        want = train_step(g.as_graph_def(), model, CONFIG)
+    except tf.errors.OpError as e:
+        pytest.skip(f"TensorFlow cannot run the unsplit step on this CPU: {e.message[:200]}")
+    gd = rewrite_strategy(g, strategy, fetches, CPUS[:k])
+    got = train_step(gd, model, CONFIG)
+    np.testing.assert_allclose(got.loss, want.loss, rtol=1e-5)
+    assert all(np.abs(a - b).max() > 1e-4 for a, b in zip(want.initial, want.variables))
+    for name, a, b in zip(model.reads, want.variables, got.variables):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert {n.device for n in gd.node if "/fddps_part_" in n.name} == set(CPUS[:k])
+    return step, gd
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_dilated_cnn_training_step_split_by_rows_matches_unsplit(k, tf_train_step):
+    g, model = _dilated_cnn()
+    step = step_graph(g, [model.train, model.loss])
+    strategy = attribute_split(step, CPUS[:k])
+    dilated = {n for n, op in step.ops.items() if max(op.attrs.get("dilations") or [1]) > 1}
+    assert {step.ops[n].op_type for n in dilated} == {"Conv2D", "Conv2DBackpropInput",
+                                                     "Conv2DBackpropFilter"}
+    assert all(strategy.config(n).split.get("h", 1) > 1 for n in dilated)
+    _, gd = _check_step(tf_train_step, g, model, strategy, k, ["Conv2D", "Conv2DBackpropInput",
+                                                "Conv2DBackpropFilter", "FusedBatchNormV3",
+                                                "FusedBatchNormGradV3", "AvgPool", "Relu"])
+    assert [n for n in gd.node if "/fddps_halo_" in n.name and n.op == "ConcatV2"]
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_nchw_cnn_training_step_split_by_rows_matches_unsplit(k, tf_train_step):
+    g, model = _nchw_cnn()
+    step = step_graph(g, [model.train, model.loss])
+    strategy = _nchw_rows(step, CPUS[:k])
+    nchw = [n for n, op in step.ops.items() if op.attrs.get("data_format") == "NCHW"]
+    whole = {step.ops[n].op_type for n in nchw if strategy.config(n).num_parts == 1}
+    assert whole == {"MaxPool", "MaxPoolGrad"}  # NCHW max pools stay whole
+    relu = next(n for n, op in step.ops.items() if op.op_type == "Relu")
+    assert strategy.config(relu).split == {"w": k}  # axis 2: the rows
+    _check_step(tf_train_step, g, model, strategy, k, ["Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+                                        "BiasAdd", "BiasAddGrad", "FusedBatchNormV3",
+                                        "FusedBatchNormGradV3", "AvgPool", "AvgPoolGrad",
+                                        "DepthwiseConv2dNative",
+                                        "DepthwiseConv2dNativeBackpropInput",
+                                        "DepthwiseConv2dNativeBackpropFilter", "Relu", "ReluGrad"])
 
 
 @pytest.mark.slow
