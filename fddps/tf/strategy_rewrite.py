@@ -241,7 +241,7 @@ def _scaled(w, name, x, factor, device, dtype):
 
 def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
     """Batch norm split by sample, height or width (and channel): statistics reduced
-    across the parts.
+    across the parts, in either layout (NHWC, NCHW: sums over the layout's n, h, w axes).
 
     Forward: the mean is the sum of the parts' sums over N = n*h*w; the
     variance likewise from the parts' sums of squared deviations from that
