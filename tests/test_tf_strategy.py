@@ -36,6 +36,18 @@ def _ops():
                                         reserve_space_1=r1, reserve_space_2=r2, reserve_space_3=r3,
                                         is_training=True, name="X")
 
+    xc = (5, 4, 6, 6)  # x in NCHW
+
+    def bn_grad_nchw():
+        y, m, v, r1, r2, r3 = raw.FusedBatchNormV3(x=_rand(xc, 1), scale=_rand([4], 2),
+                                                   offset=_rand([4], 3), mean=tf.zeros([0]),
+                                                   variance=tf.zeros([0]), is_training=True,
+                                                   data_format="NCHW")
+        return raw.FusedBatchNormGradV3(y_backprop=_rand(xc, 4), x=_rand(xc, 1),
+                                        scale=_rand([4], 2), reserve_space_1=r1,
+                                        reserve_space_2=r2, reserve_space_3=r3, is_training=True,
+                                        data_format="NCHW", name="X")
+
     def maxpool_grad():
         inp = _rand(x, 1)
         out = tf.nn.max_pool2d(inp, 2, 2, "VALID")
@@ -68,6 +80,16 @@ def _ops():
         "BiasAdd": lambda: raw.BiasAdd(value=_rand(x, 1), bias=_rand([4], 2), name="X"),
         "BiasAdd_rank2": lambda: raw.BiasAdd(value=_rand([5, 4], 1), bias=_rand([4], 2), name="X"),
         "BiasAddGrad": lambda: raw.BiasAddGrad(out_backprop=_rand(x, 1), name="X"),
+        "BiasAdd_nchw": lambda: raw.BiasAdd(value=_rand(xc, 1), bias=_rand([4], 2),
+                                            data_format="NCHW", name="X"),
+        "BiasAdd_nchw_rank5": lambda: raw.BiasAdd(value=_rand([3, 4, 2, 5, 3], 1),
+                                                  bias=_rand([4], 2), data_format="NCHW", name="X"),
+        "BiasAddGrad_nchw": lambda: raw.BiasAddGrad(out_backprop=_rand(xc, 1), data_format="NCHW",
+                                                    name="X"),
+        "FusedBatchNormV3_nchw": lambda: raw.FusedBatchNormV3(
+            x=_rand(xc, 1), scale=_rand([4], 2), offset=_rand([4], 3), mean=tf.zeros([0]),
+            variance=tf.zeros([0]), is_training=True, data_format="NCHW", name="X"),
+        "FusedBatchNormGradV3_nchw": bn_grad_nchw,
         "FusedBatchNormV3": lambda: raw.FusedBatchNormV3(
             x=_rand(x, 1), scale=_rand([4], 2), offset=_rand([4], 3), mean=tf.zeros([0]),
             variance=tf.zeros([0]), is_training=True, name="X"),
@@ -145,11 +167,14 @@ def test_every_described_op_splits_along_each_dimension(case):
     dims = resolve(op)
     outs = [f"X:{k}" for k, s in enumerate(op.output_shapes)
             if s is not None and op.output_itemsizes[k] and (not s or min(s) > 0)]
-    if case == "FusedBatchNormV3":
+    if case.startswith("FusedBatchNormV3"):
         outs = outs[:5]  # mean, unbiased variance, mean, biased variance (CPU kernel)
-    if case == "FusedBatchNormGradV3":
+    if case.startswith("FusedBatchNormGradV3"):
         outs = outs[:3]
-    assert len(_split_each_dimension(gd, dims, outs, case)) >= 1
+    tried = _split_each_dimension(gd, dims, outs, case)
+    assert len(tried) >= 1
+    if case.endswith("_nchw") or "_nchw_" in case:  # channels second: every axis splits
+        assert set(tried) == set(dims.dims) >= {"n", "c"}, tried
     assert [n.name for n in g.as_graph_def().node] == [n.name for n in gd.node]  # untouched
 
 

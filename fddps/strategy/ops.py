@@ -34,9 +34,14 @@ input channels (a reduction in a convolution), ``k`` MatMul's inner dimension,
 whether ``h``/``w`` index its outputs' rows (``"forward"``: a convolution, a
 pool, the filter gradient) or its inputs' rows (``"backward"``: the input
 gradients), and where the kernel extent comes from (:data:`HALO_KERNELS`);
-:func:`resolve` computes each spatial dimension's :class:`Halo` (stride and
-padding from the op's attributes) and marks ``H``/``W``/``Y``/``X`` axes
-with a :class:`HaloAxis`. A dilated window keeps its spatial axes whole.
+:func:`resolve` computes each spatial dimension's :class:`Halo` (stride,
+dilation and padding from the op's attributes, at the axes its
+``data_format`` puts them: :func:`spatial_axes`) and marks ``H``/``W``/``Y``/``X``
+axes with a :class:`HaloAxis`. A dilated window reads through its effective
+extent ``(k - 1) * d + 1``; an entry whose dilated windows cannot be split says
+why in :attr:`OpDescription.dilated_whole` (its spatial axes then stay whole).
+Window ops, ``BiasAdd``/``BiasAddGrad`` and batch norm have an entry per layout
+(``NHWC``; ``NCHW``, the channel axis second); the first entry of a type is NHWC.
 Dimensions in :attr:`OpDescription.stats` need
 statistics across parts (batch norm in training: its mean and variance are
 over ``n``, ``h``, ``w``); splitting them costs a reduction of the statistics.
@@ -108,6 +113,14 @@ class OpDescription:
         produces); ``""`` otherwise.
     kernel : str
         Where the window's extent comes from (a key of :data:`HALO_KERNELS`).
+    dilated_whole : str
+        Why this entry's windows keep their spatial axes whole when dilated
+        (``""``: a dilated window splits like any other, through its effective
+        extent).
+    kept_whole : str
+        Why ops this entry matches are kept whole (``""``: they split as the specs
+        say): a variant TensorFlow's CPU kernels refuse to run in parts, named so
+        that :func:`resolve` says so rather than "no description".
     """
 
     op_type: str
@@ -119,6 +132,8 @@ class OpDescription:
     note: str = ""
     halo: str = ""
     kernel: str = ""
+    dilated_whole: str = ""
+    kept_whole: str = ""
 
     def applies(self, attrs: Mapping) -> bool:
         return all(attrs.get(key, value) == value for key, value in self.when)
@@ -154,23 +169,39 @@ class OpDims:
     halo: dict = field(default_factory=dict)
     """Per spatial dimension of a sliding-window op: its :class:`Halo`."""
     whole_reason: str = ""
-    """Why a sliding-window op's spatial axes stay whole (a dilated window), if they do."""
+    """Why a sliding-window op's spatial axes stay whole, if they do."""
 
 
-#: Where a sliding-window op's kernel extent (rows, columns) comes from.
+def spatial_axes(attrs: Mapping) -> tuple:
+    """The axes of rows and columns in a 4-D tensor of an op with these attributes, which
+    are also the positions of their entries in ``strides``, ``ksize`` and ``dilations``
+    (and of their pairs in ``explicit_paddings``): ``(2, 3)`` for ``data_format="NCHW"``,
+    else ``(1, 2)`` (NHWC, TensorFlow's default).
+
+    >>> spatial_axes({"data_format": "NCHW"}), spatial_axes({})
+    ((2, 3), (1, 2))
+    """
+    return (2, 3) if attrs.get("data_format") == "NCHW" else (1, 2)
+
+
+#: Where a sliding-window op's kernel extent (rows, columns) comes from: the filter is
+#: HWIO (HWC1 for a depthwise one) in either data format, a pool's ``ksize`` follows it.
 HALO_KERNELS = {
-    "filter": lambda op: tuple(op.input_shapes[1][:2]),    # the filter input (HWIO)
+    "filter": lambda op: tuple(op.input_shapes[1][:2]),    # the filter input
     "filter_sizes": lambda op: tuple(op.output_shapes[0][:2]),  # the filter gradient's shape
-    "ksize": lambda op: tuple(op.attrs["ksize"][1:3]),      # a pool's window (NHWC)
+    "ksize": lambda op: tuple(op.attrs["ksize"][a] for a in spatial_axes(op.attrs)),
 }
 
 
 @dataclass(frozen=True)
 class Halo:
-    """One spatial dimension of a sliding-window op (dilation 1).
+    """One spatial dimension of a sliding-window op.
 
     Window ``y`` (an output row) reads input rows ``[y*stride - pad,
-    y*stride - pad + kernel)``; rows outside ``[0, size)`` are padding.
+    y*stride - pad + kernel)``, every ``dilation``-th of them; rows outside
+    ``[0, size)`` are padding. A part therefore needs that whole span of
+    rows (the op runs on a contiguous slice), the rows a dilation skips
+    included.
 
     Attributes
     ----------
@@ -179,10 +210,12 @@ class Halo:
     size, out : int
         Input rows and windows (output rows) of the whole op.
     kernel, stride, pad : int
-        Window extent, step, and padding before row 0 (TensorFlow's SAME puts
-        the odd row after).
+        Window extent (effective: ``(k - 1) * dilation + 1`` for ``k`` taps),
+        step, and padding before row 0 (TensorFlow's SAME puts the odd row after).
     backward : bool
         ``dim`` indexes input rows (a backprop's output), else windows.
+    dilation : int
+        Rows between a window's taps (1: adjacent).
     """
 
     dim: str
@@ -192,6 +225,7 @@ class Halo:
     stride: int
     pad: int
     backward: bool = False
+    dilation: int = 1
 
     def windows(self, a: int, b: int) -> tuple:
         """The windows a part with rows ``[a, b)`` of its dimension computes with.
@@ -222,10 +256,10 @@ class Halo:
         return (c0, max(c0, c1)), (max(0, -lo), max(0, hi - self.size))
 
     def counts(self, y0: int, y1: int) -> np.ndarray:
-        """Per window of ``[y0, y1)``: how many of its rows are real (not padding)."""
-        y = np.arange(y0, y1)
-        start = y * self.stride - self.pad
-        return np.minimum(start + self.kernel, self.size) - np.maximum(start, 0)
+        """Per window of ``[y0, y1)``: how many of its taps fall on real rows (not padding)."""
+        start = np.arange(y0, y1) * self.stride - self.pad
+        taps = start[:, None] + self.dilation * np.arange((self.kernel - 1) // self.dilation + 1)
+        return ((taps >= 0) & (taps < self.size)).sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -264,10 +298,14 @@ def _halos(op: OpInfo, desc: OpDescription, in_specs, out_specs, in_shapes, out_
     (str) why its spatial axes stay whole."""
     attrs = op.attrs
     strides, padding = attrs.get("strides"), attrs.get("padding")
-    if strides is None or padding is None:
+    if strides is None or padding is None or len(strides) != 4:
         return "its strides or padding are not known"
-    if any(d != 1 for d in (attrs.get("dilations") or (1, 1, 1, 1))):
-        return "a dilated window"
+    axes = spatial_axes(attrs)
+    dilations = tuple(attrs.get("dilations") or (1, 1, 1, 1))
+    if len(dilations) != 4 or any(d != 1 for a, d in enumerate(dilations) if a not in axes):
+        return f"dilations {dilations} (not on the spatial axes)"
+    if any(dilations[a] != 1 for a in axes) and desc.dilated_whole:
+        return desc.dilated_whole
     try:
         kernel = HALO_KERNELS[desc.kernel](op)
     except (KeyError, IndexError, TypeError):
@@ -280,13 +318,16 @@ def _halos(op: OpInfo, desc: OpDescription, in_specs, out_specs, in_shapes, out_
         return None
 
     out = {}
-    for axis, (dim, rows_char, win_char) in enumerate((("h", "H", "Y"), ("w", "W", "X")), start=1):
+    for j, (axis, dim, rows_char, win_char) in enumerate(zip(axes, "hw", "HW", "YX")):
         own = axis_extent(list(out_specs) + list(in_specs), list(out_shapes) + list(in_shapes), dim)
         other = axis_extent(in_specs, in_shapes, win_char if desc.halo == "backward" else rows_char)
-        if own is None or other is None or None in (own, other, kernel[axis - 1]):
+        if own is None or other is None or None in (own, other, kernel[j]):
             return "a spatial extent is not known"
         size, windows = (own, other) if desc.halo == "backward" else (other, own)
-        k, s = int(kernel[axis - 1]), int(strides[axis])
+        # A dilated window spans (k - 1) * d + 1 rows: TensorFlow pads and counts windows
+        # with that effective extent, and a part needs every row of the span.
+        d = int(dilations[axis])
+        k, s = (int(kernel[j]) - 1) * d + 1, int(strides[axis])
         if padding == "SAME":
             pad = max((windows - 1) * s + k - size, 0) // 2
         elif padding == "VALID":
@@ -300,7 +341,7 @@ def _halos(op: OpInfo, desc: OpDescription, in_specs, out_specs, in_shapes, out_
             after = int(attrs["explicit_paddings"][2 * axis + 1])
         if after is not None and windows != (size + pad + after - k) // s + 1:
             return "its spatial shapes do not fit its window"
-        out[dim] = Halo(dim, int(size), int(windows), k, s, pad, desc.halo == "backward")
+        out[dim] = Halo(dim, int(size), int(windows), k, s, pad, desc.halo == "backward", d)
     return out
 
 
@@ -550,8 +591,37 @@ def _segment_sum_specs(op: OpInfo):
     return (ids + columns, ids, "-"), ("." + columns,)
 
 
+def _bias_nchw_specs(op: OpInfo):
+    """BiasAdd (NCHW): the channel axis second, the bias along it; rank 3 to 5 (TensorFlow
+    needs rank 3 or more for NCHW). The axes keep the generic names of their NHWC
+    counterparts (``n``, ``c``, then ``h``, ``w``, ``d``)."""
+    letters = _letters(len(op.input_shapes[0]))
+    if len(letters) < 3:
+        raise NotDescribed(f"a rank-{len(letters)} NCHW tensor")
+    spec = letters[0] + letters[-1] + letters[1:-1]
+    return (spec, "c"), (spec,)
+
+
+def _bias_grad_nchw_specs(op: OpInfo):
+    """BiasAddGrad (NCHW): every axis but the channels (second) is a reduction."""
+    spec = _bias_nchw_specs(op)[0][0]
+    return (spec,), ("c",)
+
+
 _NHWC = (("data_format", "NHWC"),)
+_NCHW = (("data_format", "NCHW"),)
 _TRAINING = (("is_training", True),)
+#: Why a dilated depthwise backprop stays whole: its parts run with VALID padding, and
+#: TensorFlow's CPU kernels (oneDNN) fail on a dilated one (with SAME they run but
+#: disagree with the dilated filter's result), so no split of it could be checked.
+#: Why NCHW max pools stay whole: TensorFlow's CPU MaxPoolGrad runs NCHW only on the
+#: output of its own MaxPool (oneDNN's rewrite pairs them); on a slice, a concatenation
+#: of parts or any other tensor it falls back to a kernel that refuses NCHW. So neither a
+#: part of the gradient nor the whole gradient of a split pool could run.
+_NCHW_MAX_POOL = ("an NCHW max pool (TensorFlow's CPU MaxPoolGrad runs NCHW only on its own "
+                  "MaxPool's output, not on parts)")
+_DILATED_DEPTHWISE_GRAD = ("a dilated depthwise backprop (TensorFlow's CPU kernel fails on "
+                           "its dilations with the VALID padding its parts run with)")
 #: Ops that read only their inputs' shapes (static in a training step: TensorFlow
 #: folds them to constants), so no input bytes move to them.
 SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
@@ -575,9 +645,10 @@ for _d in (
                   kernel="filter",
                   note="depth multiplier 1 only (else the channel map is not one-to-one)"),
     OpDescription("DepthwiseConv2dNativeBackpropInput", ("=0", "..c.", "nYXc"), ("nhwc",), _NHWC,
-                  halo="backward", kernel="filter"),
+                  halo="backward", kernel="filter", dilated_whole=_DILATED_DEPTHWISE_GRAD),
     OpDescription("DepthwiseConv2dNativeBackpropFilter", ("nHWc", "=0", "nhwc"), ("..c.",), _NHWC,
-                  halo="forward", kernel="filter_sizes", note="n, h, w are reductions"),
+                  halo="forward", kernel="filter_sizes", dilated_whole=_DILATED_DEPTHWISE_GRAD,
+                  note="n, h, w are reductions"),
     OpDescription("MatMul", ("nk", "kc"), ("nc",), (("transpose_a", False), ("transpose_b", False))),
     OpDescription("MatMul", ("kn", "kc"), ("nc",), (("transpose_a", True), ("transpose_b", False))),
     OpDescription("MatMul", ("nk", "ck"), ("nc",), (("transpose_a", False), ("transpose_b", True))),
@@ -641,6 +712,43 @@ for _d in (
     register(_d)
 
 
+# -- NCHW (channels second): after the NHWC entries, which stay each type's first --------
+for _d in (
+    OpDescription("Conv2D", ("niHW", "..io"), ("nohw",), _NCHW, halo="forward", kernel="filter",
+                  note="NCHW: as NHWC (the filter is HWIO in both layouts)"),
+    OpDescription("Conv2DBackpropInput", ("=0", "..io", "noYX"), ("nihw",), _NCHW,
+                  halo="backward", kernel="filter", note="NCHW: as NHWC"),
+    OpDescription("Conv2DBackpropFilter", ("niHW", "=0", "nohw"), ("..io",), _NCHW,
+                  halo="forward", kernel="filter_sizes", note="NCHW: n, h, w are reductions"),
+    OpDescription("DepthwiseConv2dNative", ("ncHW", "..c."), ("nchw",), _NCHW, halo="forward",
+                  kernel="filter", note="NCHW: depth multiplier 1 only"),
+    OpDescription("DepthwiseConv2dNativeBackpropInput", ("=0", "..c.", "ncYX"), ("nchw",), _NCHW,
+                  halo="backward", kernel="filter", dilated_whole=_DILATED_DEPTHWISE_GRAD),
+    OpDescription("DepthwiseConv2dNativeBackpropFilter", ("ncHW", "=0", "nchw"), ("..c.",), _NCHW,
+                  halo="forward", kernel="filter_sizes", dilated_whole=_DILATED_DEPTHWISE_GRAD,
+                  note="NCHW: n, h, w are reductions"),
+    OpDescription("BiasAdd", specs=_bias_nchw_specs, when=_NCHW,
+                  note="NCHW (rank 3-5): the bias along the second axis"),
+    OpDescription("BiasAddGrad", specs=_bias_grad_nchw_specs, when=_NCHW,
+                  note="NCHW: every axis but the second is a reduction"),
+    OpDescription("FusedBatchNormV3", ("nchw", "c", "c", "-", "-"),
+                  ("nchw", "c", "c", "c", "c", "-"), _NCHW + _TRAINING, stats="nhw",
+                  note="NCHW: n, h, w split: mean and variance reduced across parts"),
+    OpDescription("FusedBatchNormGradV3", ("nchw", "nchw", "c", "c", "c", "-"),
+                  ("nchw", "c", "c", "-", "-"), _NCHW + _TRAINING, stats="nhw",
+                  note="NCHW: n, h, w split: the sums of dy and dy*x reduced across parts"),
+    OpDescription("MaxPool", ("ncHW",), ("nchw",), _NCHW, halo="forward", kernel="ksize",
+                  kept_whole=_NCHW_MAX_POOL),
+    OpDescription("AvgPool", ("ncHW",), ("nchw",), _NCHW, halo="forward", kernel="ksize",
+                  note="NCHW: as NHWC (SAME: counts real rows)"),
+    OpDescription("MaxPoolGrad", ("ncHW", "ncYX", "ncYX"), ("nchw",), _NCHW, halo="backward",
+                  kernel="ksize", kept_whole=_NCHW_MAX_POOL),
+    OpDescription("AvgPoolGrad", ("=0", "ncYX"), ("nchw",), _NCHW, halo="backward",
+                  kernel="ksize", note="NCHW: h, w: rows of the input gradient"),
+):
+    register(_d)
+
+
 # -- optimizer updates of sharded variables (fddps.tf.variable_shards writes them split) --
 for _d in (
     OpDescription("ResourceApplyGradientDescent", ("-", "", "*"), (),
@@ -683,7 +791,11 @@ def resolve(op: OpInfo) -> OpDims:
         raise NotDescribed(f"no description for op type {op.op_type}")
     desc = next((d for d in entries if d.applies(op.attrs)), None)
     if desc is None:
-        raise NotDescribed(f"no {op.op_type} description for its attributes")
+        keys = dict.fromkeys(k for d in entries for k, _ in d.when)  # what the entries test
+        raise NotDescribed(f"no {op.op_type} description for its attributes ("
+                           + ", ".join(f"{k}={op.attrs.get(k)!r}" for k in keys) + ")")
+    if desc.kept_whole:
+        raise NotDescribed(desc.kept_whole)
     if op.op_type == "VarHandleOp" and op.param_shape is None:
         raise NotDescribed("the variable's shape is not known")
     if desc.specs and any(s is None or None in s for s in list(op.input_shapes)
@@ -756,15 +868,24 @@ def resolve(op: OpInfo) -> OpDims:
 
 
 def description_table() -> pd.DataFrame:
-    """The registry as a table: op type, attribute variant, input and output specs, notes."""
+    """The registry as a table: op type, attribute variant, input and output specs, notes.
+
+    The ``halo`` column says how a sliding-window entry's rows map (``forward`` or
+    ``backward``, kernel from where); ``dilated`` what a dilated window of it does
+    (a halo through its effective extent, or kept whole and why); ``note`` says why
+    an entry that keeps its ops whole does (:attr:`OpDescription.kept_whole`).
+    """
     rows = []
     for op_type, entries in OP_DESCRIPTIONS.items():
         for d in entries:
+            dilated = ("" if not d.halo or d.kept_whole else f"kept whole: {d.dilated_whole}"
+                       if d.dilated_whole else "split: halo of (k - 1) * d + 1 rows")
             rows.append(dict(op_type=op_type, when=" ".join(f"{k}={v}" for k, v in d.when),
                              inputs=", ".join(d.inputs) if not d.specs else "(from constants)",
                              outputs=", ".join(d.outputs) if not d.specs else "",
                              stats=d.stats, halo=(f"{d.halo}, kernel from {d.kernel}"
-                                                  if d.halo else ""), note=d.note))
+                                                  if d.halo else ""), dilated=dilated,
+                             note=f"kept whole: {d.kept_whole}" if d.kept_whole else d.note))
     return pd.DataFrame(rows)
 
 

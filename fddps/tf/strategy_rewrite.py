@@ -235,10 +235,11 @@ def _node(name, op, inputs, device, dtype=None, **attrs):
     return node
 
 
-def _sum_nhw(w, name, x, device, dtype):
-    """Per-channel sum over the sample, height and width axes (NHWC)."""
+def _sum_nhw(w, name, x, device, dtype, axes=(0, 1, 2)):
+    """Per-channel sum over the sample, height and width axes (``axes``: where they are,
+    NHWC's by default)."""
     tf = _tf()
-    axes = w.const(f"{name}/axes", [0, 1, 2], tf.int32, device)
+    axes = w.const(f"{name}/axes", list(axes), tf.int32, device)
     w.add(_node(name, "Sum", [x, axes], device, dtype, Tidx=tf.int32, keep_dims=False))
     return name
 
@@ -250,7 +251,7 @@ def _scaled(w, name, x, factor, device, dtype):
 
 def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
     """Batch norm split by sample, height or width (and channel): statistics reduced
-    across the parts.
+    across the parts, in either layout (NHWC, NCHW: sums over the layout's n, h, w axes).
 
     Forward: the mean is the sum of the parts' sums over N = n*h*w; the
     variance likewise from the parts' sums of squared deviations from that
@@ -265,8 +266,9 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
     """
     tf = _tf()
     grad = op.op_type == "FusedBatchNormGradV3"
-    n, h, w_, c = op.input_shapes[0]
-    count = float(n * h * w_)
+    layout = dims.inputs[0]  # x's axes: "nhwc" or "nchw"
+    count = float(np.prod([dims.extent[d] for d in "nhw"]))
+    nhw = tuple(layout.index(d) for d in "nhw")  # the axes the statistics sum over
     dtype = tf_op.inputs[0].dtype
     eps = float(node_def.attr["epsilon"].f)
     all_parts = parts(op, cfg, dims)
@@ -285,22 +287,37 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
             return w.read(src, port, box, p.device, op.input_shapes[k])
 
         def box_of(p):
-            return tuple(p.box[d] for d in "nhwc")
+            return tuple(p.box[d] for d in layout)
+
+        def bc(vec):
+            """A per-channel vector shaped to broadcast against x: NCHW's channels are
+            not the last axis, so ``[C]`` becomes ``[C, 1, 1]`` there."""
+            if layout[-1] == "c":
+                return vec
+            key = ("bc", vec, home)
+            if key not in w.cache:
+                out = f"{base}/bc/{vec.replace(':', '_')}"  # vec may be an output port
+                shape = [-1] + [1] * (len(layout) - 1 - layout.index("c"))
+                w.add(_node(out, "Reshape", [vec, w.const(f"{out}/shape", shape, tf.int32, home)],
+                            home, dtype, Tshape=tf.int32))
+                w.cache[key] = out
+            return w.cache[key]
 
         empty = [w.const(f"{base}/empty_{k}", np.zeros(s if s and None not in s else (0,)),
                          tf_op.outputs[k].dtype, home)
                  for k, s in enumerate(op.output_shapes) if not isinstance(dims.outputs[k], tuple)]
         if not grad:
             sums = [_sum_nhw(w, f"{name}/fddps_part_{p.index}/sum", read(0, p, box_of(p)), p.device,
-                             dtype) for p in members]
+                             dtype, nhw) for p in members]
             w.add(_node(f"{base}/sum", "AddN", sums, home, dtype, N=len(sums)))
             mean = _scaled(w, f"{base}/mean", f"{base}/sum", 1.0 / count, home, dtype)
             sq = []
             for p in members:
                 pre = f"{name}/fddps_part_{p.index}"
-                w.add(_node(f"{pre}/dev", "Sub", [read(0, p, box_of(p)), mean], p.device, dtype))
+                w.add(_node(f"{pre}/dev", "Sub", [read(0, p, box_of(p)), bc(mean)], p.device,
+                            dtype))
                 w.add(_node(f"{pre}/sq", "Square", [f"{pre}/dev"], p.device, dtype))
-                sq.append(_sum_nhw(w, f"{pre}/sqsum", f"{pre}/sq", p.device, dtype))
+                sq.append(_sum_nhw(w, f"{pre}/sqsum", f"{pre}/sq", p.device, dtype, nhw))
             w.add(_node(f"{base}/sqsum", "AddN", sq, home, dtype, N=len(sq)))
             var = _scaled(w, f"{base}/var", f"{base}/sqsum", 1.0 / count, home, dtype)
             unbiased = _scaled(w, f"{base}/var_unbiased", var, count / max(count - 1.0, 1.0),
@@ -329,12 +346,14 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
             for p in members:
                 pre = f"{name}/fddps_part_{p.index}"
                 dy = read(0, p, box_of(p))
-                w.add(_node(f"{pre}/centred", "Sub", [read(1, p, box_of(p)), mean], p.device, dtype))
-                w.add(_node(f"{pre}/xhat", "Mul", [f"{pre}/centred", inv], p.device, dtype))
+                w.add(_node(f"{pre}/centred", "Sub", [read(1, p, box_of(p)), bc(mean)], p.device,
+                            dtype))
+                w.add(_node(f"{pre}/xhat", "Mul", [f"{pre}/centred", bc(inv)], p.device, dtype))
                 w.add(_node(f"{pre}/dy_xhat", "Mul", [dy, f"{pre}/xhat"], p.device, dtype))
                 xhat[p.index] = f"{pre}/xhat"
-                dsum.append(_sum_nhw(w, f"{pre}/dy_sum", dy, p.device, dtype))
-                dxsum.append(_sum_nhw(w, f"{pre}/dy_xhat_sum", f"{pre}/dy_xhat", p.device, dtype))
+                dsum.append(_sum_nhw(w, f"{pre}/dy_sum", dy, p.device, dtype, nhw))
+                dxsum.append(_sum_nhw(w, f"{pre}/dy_xhat_sum", f"{pre}/dy_xhat", p.device, dtype,
+                                      nhw))
             w.add(_node(f"{base}/offset_grad", "AddN", dsum, home, dtype, N=len(dsum)))
             w.add(_node(f"{base}/scale_grad", "AddN", dxsum, home, dtype, N=len(dxsum)))
             mean_dy = _scaled(w, f"{base}/mean_dy", f"{base}/offset_grad", 1.0 / count, home, dtype)
@@ -344,11 +363,12 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
             for p in members:
                 pre = f"{name}/fddps_part_{p.index}"
                 dy = read(0, p, box_of(p))
-                w.add(_node(f"{pre}/dy_centred", "Sub", [dy, mean_dy], p.device, dtype))
-                w.add(_node(f"{pre}/xhat_term", "Mul", [xhat[p.index], mean_dyx], p.device, dtype))
+                w.add(_node(f"{pre}/dy_centred", "Sub", [dy, bc(mean_dy)], p.device, dtype))
+                w.add(_node(f"{pre}/xhat_term", "Mul", [xhat[p.index], bc(mean_dyx)], p.device,
+                            dtype))
                 w.add(_node(f"{pre}/inner", "Sub", [f"{pre}/dy_centred", f"{pre}/xhat_term"],
                             p.device, dtype))
-                w.add(_node(pre, "Mul", [f"{pre}/inner", f"{base}/gain"], p.device, dtype))
+                w.add(_node(pre, "Mul", [f"{pre}/inner", bc(f"{base}/gain")], p.device, dtype))
                 names.append(pre)
                 outs[0].append((pre, box_of(p), p.device))
             stats = [f"{base}/scale_grad", f"{base}/offset_grad"]
@@ -373,14 +393,17 @@ def _pad(w, name, x, pads, device, dtype, value=None):
     return name
 
 
-def _count_scale(halos, windows):
+def _count_scale(halos, windows, layout):
     """Per window of a padded average pool: kernel area / real (unpadded) area, shaped
-    ``[1, rows, cols, 1]``; None when every window lies inside the input."""
+    to broadcast against the pool's output, whose axes are ``layout`` (``[1, rows, cols, 1]``
+    for NHWC, ``[1, 1, rows, cols]`` for NCHW); None when every window lies inside the input."""
     hh, hw = halos["h"], halos["w"]
     ch, cw = hh.counts(*windows["h"]), hw.counts(*windows["w"])
     if (ch == hh.kernel).all() and (cw == hw.kernel).all():
         return None
-    return ((hh.kernel * hw.kernel) / np.outer(ch, cw))[None, :, :, None]
+    scale = (hh.kernel * hw.kernel) / np.outer(ch, cw)
+    return scale.reshape([scale.shape[0] if a == "h" else scale.shape[1] if a == "w" else 1
+                          for a in layout])
 
 
 def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
@@ -438,7 +461,7 @@ def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
                     else [0, 0] for a in axes]
             t = _pad(w, f"{pname}/pad_{k}", t, pads, p.device, dtype, lowest)
             if op.op_type == "AvgPoolGrad":  # each window's gradient / its real count
-                scale = _count_scale(dims.halo, windows)
+                scale = _count_scale(dims.halo, windows, dims.outputs[0])
                 t = t if scale is None else _scaled(w, f"{pname}/grad_scaled", t, scale,
                                                     p.device, dtype)
             node.input.append(t)
@@ -446,7 +469,7 @@ def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
         w.add(node)
         result = node.name
         if op.op_type == "AvgPool":
-            scale = _count_scale(dims.halo, windows)
+            scale = _count_scale(dims.halo, windows, dims.outputs[0])
             if scale is None:
                 w.add(_node(pname, "Identity", [result], p.device, dtype))
             else:
