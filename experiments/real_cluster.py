@@ -242,6 +242,9 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            predicted_transfer_cpu=(
                                Schedule.from_order(s.graph, cpu_cluster, s.device, s.order).makespan
                                if cpu_cluster is not None else np.nan),
+                           # A strategy's task graph, without what the rewrite adds
+                           # between parts (its prediction before it was written).
+                           predicted_expansion=p.info.get("expansion_makespan", np.nan),
                            # TensorFlow's own order on one inter-op thread per worker
                            # (depth first; ops readied by a received tensor wait
                            # behind local work): what runs without order edges.
@@ -291,6 +294,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                             pred_error=f"{(r.predicted - r.measured) / r.measured:+.0%}",
                             pred_cpu_ms=round(cpu * 1e3, 1),
                             pred_cpu_error=f"{(cpu - r.measured) / r.measured:+.0%}",
+                            pred_taskgraph_ms=round(getattr(r, "predicted_expansion", np.nan) * 1e3, 1),
                             pred_tf_ms=round(getattr(r, "predicted_tf_order", np.nan) * 1e3, 1),
                             pred_tf_error=f"{(getattr(r, 'predicted_tf_order', np.nan) - r.measured) / r.measured:+.0%}",
                             x_single_measured=f"{single / r.measured:.2f}x",
@@ -394,7 +398,10 @@ def main(argv=None):
         print(f"Cost model: {first.cost_model} (not profiled).")
     print("measured = wall time of Session.run([train_op, loss]); predicted = the simulator's "
           "makespan of the schedule under that cost model (each transfer's T / 2 spent by each "
-          "task); pred_cpu = the same schedule with the per-transfer CPU cost fitted on "
+          "task; for a strategy, of the GraphDef it writes); pred_taskgraph = a strategy's "
+          "task graph, without the ops the rewrite adds between parts; "
+          "pred_tf = the same as TensorFlow's executor orders it; "
+          "pred_cpu = the same schedule with the per-transfer CPU cost fitted on "
           "concurrent transfers (Cluster.transfer_cpu); x_single = one worker's time / this.")
     with pd.option_context("display.width", 200):
         print(summary(df).to_string(index=False))

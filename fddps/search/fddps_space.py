@@ -57,7 +57,7 @@ from networkx.utils import UnionFind
 
 from ..algorithms.split_step import path_slack
 from ..graph import OpGraph
-from ..strategy.expand import expand
+from ..strategy.expand import expand, part_of_task, shared_task
 from ..strategy.strategy import OpConfig, Strategy
 from .base import SearchError, SearchResult, StrategySearch, positive, register_search
 from .evaluate import MEMORY_PENALTY, StrategyEvaluator
@@ -84,9 +84,9 @@ def parts_graph(step, strategy, cluster, cost_model) -> tuple:
             groups.union(("group", op.group), *ex.tasks[name])
     for u, v in zip(g.src.tolist(), g.dst.tolist()):
         src, dst = g.names[u], g.names[v]
-        if "/fddps_reduce_" in src:  # one reader per reduce task (apart=True)
+        if shared_task(src):  # one reader per reduce task (apart=True)
             groups.union(src, dst)
-        elif dst == f"{src}/stats" or src == f"{dst}/stats":
+        elif part_of_task(src) == part_of_task(dst):  # a part, its statistics, their passes
             groups.union(src, dst)
     root = {name: groups[name] for name in g.names}
     sizes = defaultdict(int)
@@ -194,7 +194,7 @@ class FDDPSSpaceSearch(StrategySearch):
                                 *step.ops[name].control_inputs]):
             op_parts, tasks, _ = ev._layout(n, configs[n])
             for p, t in zip(op_parts, tasks):
-                device[t] = device[f"{t}/stats"] = p.device
+                device[t] = p.device
         column = {d.name: ev.types.index(d.type) for d in ev.cluster.devices}
         idx = ev.cluster.index
         own = set(ev._layout(name, configs[name])[1])
@@ -209,13 +209,13 @@ class FDDPSSpaceSearch(StrategySearch):
             for r in recs:
                 if r[0] == "T" and n == name:
                     busy[r[2]] += float(r[3][0][column[r[2]]])
-                elif r[0] == "E" and (n == name or r[1].split("/stats")[0] in own):
-                    move(device[r[1]], device[r[2]], r[3])
+                elif r[0] == "E" and (n == name or part_of_task(r[1]) in own):
+                    move(device[part_of_task(r[1])], device[part_of_task(r[2])], r[3])
                 elif r[0] == "R" and r[1][0] == name:  # a reduce of this op's partial sums
                     dev = r[1][3]
                     busy[dev] += float(r[4][0][column[dev]])
                     for src, _, nbytes in r[3]:
-                        move(device[src], dev, nbytes)
+                        move(device[part_of_task(src)], dev, nbytes)
         return max(busy.values(), default=0.0) + max(link.values(), default=0.0)
 
     def choose(self, ev, step, start, candidates, progress=None, deadline=None) -> list:

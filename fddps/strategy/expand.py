@@ -23,7 +23,10 @@ both ends' layouts:
   all-gather);
 - an op split along a dimension that needs statistics (batch norm by sample)
   gets a statistics task per part, which sends its per-channel sums to the
-  other parts of its channels before any of them normalises;
+  other parts of its channels before any of them normalises; the passes over
+  the part that synchronised batch norm makes, as the rewrite writes it
+  (:data:`SYNC_BATCH_NORM`), are tasks of their own, each costed by the cost
+  model at the part's shape;
 - a part's time is the cost model's at the part's own shape (FLOPs scaled by
   its share of the iteration domain, bytes from its boxes), its transient
   memory its outputs, its persistent memory its share of a variable (and of
@@ -49,6 +52,7 @@ Example
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +62,22 @@ from ..graph import ALIAS_OP_TYPES, OpGraph
 from .graph import tensor_bytes
 from .ops import SHAPE_ONLY_OPS, HaloAxis, NotDescribed, resolve
 from .strategy import parts, validate
+
+#: Batch norm split along its statistics dimensions, as :mod:`fddps.tf.strategy_rewrite`
+#: writes it (synchronised batch norm): the element-wise passes over each part, as
+#: ``(op type, inputs read, output written)`` in units of the part's first input,
+#: before the per-channel sums are exchanged (``"stats"``) and after (``"part"``;
+#: None: the op itself, at the part's shape). The forward pass sums the part,
+#: then its squared deviations from the mean (two passes, as TensorFlow's own
+#: kernel, for the same variance); the gradient is written element-wise.
+SYNC_BATCH_NORM = {
+    "FusedBatchNormV3": {
+        "stats": (("Sum", 1, 0), ("Sub", 1, 1), ("Square", 1, 1), ("Sum", 1, 0)),
+        "part": None},
+    "FusedBatchNormGradV3": {
+        "stats": (("Sub", 1, 1), ("Mul", 1, 1), ("Mul", 2, 1), ("Sum", 1, 0), ("Sum", 1, 0)),
+        "part": (("Sub", 1, 1), ("Mul", 1, 1), ("Sub", 2, 1), ("Mul", 1, 1))},
+}
 
 
 @dataclass
@@ -118,6 +138,21 @@ def task_aliases(op_types, names, gathers):
     not for a task in ``gathers``, which assembles its first input from several
     pieces (a read of a split variable kept whole) into a buffer of its own."""
     return [t in ALIAS_OP_TYPES and n not in gathers for t, n in zip(op_types, names)]
+
+
+def part_of_task(task: str) -> str:
+    """The part (or whole op) a task belongs to: ``X/fddps_part_0`` for itself, its
+    statistics ``X/fddps_part_0/stats`` and their passes (``.../pass_k``).
+
+    >>> part_of_task("X/fddps_part_1/stats/pass_2"), part_of_task("X")
+    ('X/fddps_part_1', 'X')
+    """
+    return re.sub(r"(/stats)?(/pass_\d+)?$", "", task)
+
+
+def shared_task(task: str) -> bool:
+    """Whether a task is a reduce of partial sums (an ``R`` record's, :func:`op_records`)."""
+    return "/fddps_reduce_" in task
 
 
 def op_layout(op, cfg, dims):
@@ -216,15 +251,34 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
                           input_bytes=size * len(overlapping), output_bytes=size,
                           param_bytes=0.0)))
 
+    sync = SYNC_BATCH_NORM.get(op.op_type) if stats_split else None
+
+    def passes(name, dev, which, box):
+        """Tasks ``name/pass_k``... then ``name`` for ``sync[which]``, chained; the first."""
+        elements = _box_bytes(box, 1)
+        size = elements * op.input_itemsizes[0]
+        steps = sync[which]
+        names = [f"{name}/pass_{k}" for k in range(len(steps) - 1)] + [name]
+        for k, ((kind, reads, writes), n) in enumerate(zip(steps, names)):
+            task(n, dev, kind, elements * reads, size * reads, size * writes)
+            if k:
+                recs.append(("E", names[k - 1], n, 0.0))
+        return names[0]
+
+    firsts = {}  # part task -> its first task (a chain of passes, or itself)
     for p, t in zip(op_parts, names_j):
+        firsts[t] = t
         if split:
             share = np.prod([(b - a) / dims.extent[d] for d, (a, b) in p.box.items()])
             in_boxes = [_tensor_box(m, s, p.box) for m, s in zip(dims.inputs, op.input_shapes)]
             out_boxes = [_tensor_box(m, s, p.box) for m, s in zip(dims.outputs, op.output_shapes)]
-            task(t, p.device, op.op_type, op.flops * share,
-                 sum(_box_bytes(b, i) for b, i in zip(in_boxes, op.input_itemsizes)),
-                 sum(_box_bytes(b, i) for b, i in zip(out_boxes, op.output_itemsizes)),
-                 op.param_bytes * share, profile_name=op.name)
+            if sync is not None and sync["part"] is not None:
+                firsts[t] = passes(t, p.device, "part", in_boxes[0])
+            else:
+                task(t, p.device, op.op_type, op.flops * share,
+                     sum(_box_bytes(b, i) for b, i in zip(in_boxes, op.input_itemsizes)),
+                     sum(_box_bytes(b, i) for b, i in zip(out_boxes, op.output_itemsizes)),
+                     op.param_bytes * share, profile_name=op.name)
         else:
             in_boxes = whole_in
             task(t, p.device, op.op_type, op.flops, op.input_bytes, op.output_bytes,
@@ -232,9 +286,12 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
         target = t
         if stats_split:  # the statistics first, exchanged, then the part itself
             target = f"{t}/stats"
-            task(target, p.device, "Sum", 2 * _box_bytes(in_boxes[0], 1),
-                 _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
-            recs.append(("E", target, t, 0.0))
+            if sync is not None:
+                target = passes(target, p.device, "stats", in_boxes[0])
+            else:
+                task(target, p.device, "Sum", 2 * _box_bytes(in_boxes[0], 1),
+                     _box_bytes(in_boxes[0], op.input_itemsizes[0]), 0.0)
+            recs.append(("E", f"{t}/stats", firsts[t], 0.0))
         for k, (src, port) in enumerate(op.inputs):
             if op.op_type in SHAPE_ONLY_OPS:  # ordered after its input, reads no bytes
                 recs.extend(("E", s, target, 0.0) for s, _, _ in source(src, port)[0])
@@ -253,7 +310,7 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
                     continue
                 nbytes = 0.0 if p.device == q.device and not apart else 2 * 4 * float(np.prod(
                     [b - a for d, (a, b) in p.box.items() if d in channels]))
-                recs.append(("E", f"{t}/stats", other, nbytes))
+                recs.append(("E", f"{t}/stats", firsts[other], nbytes))
     return recs
 
 

@@ -950,3 +950,27 @@ def kept_whole_share(table: pd.DataFrame) -> dict:
 
     return dict(ops=share("kept_whole", "ops"), flops=share("whole_flops", "flops"),
                 bytes=share("whole_bytes", "output_bytes"))
+
+
+#: Eigen's largest alignment (AVX-512): TensorFlow's ``Slice`` returns a view of
+#: its input when it cuts only the first axis and each row is a multiple of it.
+SLICE_VIEW_ALIGNMENT = 64
+
+
+def first_axis_view(shape, begin, size, itemsize) -> bool:
+    """Whether TensorFlow's ``Slice`` of ``shape`` at ``begin``/``size`` is a view of its
+    input (``SliceOp``: a cut of the first axis only, rows aligned), not a copy.
+
+    >>> first_axis_view((8, 4, 4, 16), (4, 0, 0, 0), (4, -1, 4, 16), 4)
+    True
+    >>> first_axis_view((8, 4, 4, 16), (0, 0, 0, 8), (8, 4, 4, 8), 4)  # channels: a copy
+    False
+    """
+    if shape is None or len(shape) < 2 or None in shape or begin is None or size is None:
+        return False
+    if len(begin) != len(shape) or len(size) != len(shape):
+        return False
+    rest = zip(shape[1:], begin[1:], size[1:])
+    if not all(b == 0 and s in (-1, d) for d, b, s in rest):
+        return False
+    return int(np.prod(shape[1:])) * itemsize % SLICE_VIEW_ALIGNMENT == 0

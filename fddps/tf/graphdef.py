@@ -394,6 +394,17 @@ def _loop_frames(nodes, src, dst):
 
 
 # -- the table -----------------------------------------------------------------------------
+def _first_axis_view(op) -> bool:
+    from ..strategy.ops import first_axis_view
+    from .split_candidates import shape_input_value
+
+    shape = op.inputs[0].shape
+    if not shape.is_fully_defined():
+        return False
+    return first_axis_view(tuple(shape.as_list()), shape_input_value(op, 1),
+                           shape_input_value(op, 2), op.inputs[0].dtype.size)
+
+
 def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
     """Read a graph into a :class:`GraphAnalysis` (what :func:`op_table` and the placer use).
 
@@ -511,13 +522,17 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
     group = [label.get(r, nodes[r].name) if size[r] > 1 else None for r in roots]
 
     shapes_known = np.array([all(out_known[i]) for i in range(n)], dtype=bool) & in_known & param_known
+    output_bytes = np.array([float(sum(b)) for b in out_bytes], dtype=np.float64)
+    for j, node in enumerate(nodes):
+        if node.op == "Slice" and _first_axis_view(graph.get_operation_by_name(node.name)):
+            input_bytes[j] = output_bytes[j] = 0.0  # a view: copies and allocates nothing
     table = pd.DataFrame({
         "name": [node.name for node in nodes],
         "op_type": [node.op for node in nodes],
         "flops": flops,
         "flops_known": flops_known,
         "input_bytes": input_bytes,
-        "output_bytes": np.array([float(sum(b)) for b in out_bytes], dtype=np.float64),
+        "output_bytes": output_bytes,
         "param_bytes": param_bytes,
         "shapes_known": shapes_known,
         "requested_device": [node.device for node in nodes],

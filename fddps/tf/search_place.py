@@ -66,8 +66,8 @@ def _retime_written(result, placement, write, runners_up: int = 2):
     rewritten GraphDef (:func:`~fddps.tf.strategy_rewrite.place_strategy`).
 
     The searches score a strategy's task graph, which leaves out the slices,
-    concatenations and statistics the rewrite adds between parts (22-52% of
-    the step of ResNet-50's split strategies on two CPU workers); a split
+    concatenations the rewrite adds between parts (20-38% of the step of
+    ResNet-50's split strategies on two CPU workers); a split
     strategy that wins by less can be slower than a baseline as written.
     ``result.info`` gains ``written_steps`` (seconds, by candidate) and
     ``written_winner``. Returns the placement and the name of its candidate.
