@@ -434,12 +434,13 @@ def test_network_step_under_channel_split_matches_unsplit(name):
 
 
 @pytest.mark.slow
-def test_the_task_graph_costs_the_synchronised_batch_norm_the_rewrite_writes():
-    """Data parallelism's task graph (what the searches score) costs the passes of
-    its synchronised batch norms, so it holds all but the slices and
-    concatenations of what its GraphDef runs (ResNet-50, batch 2: 88% before the
-    passes were tasks, 93% after); the GraphDef's own prediction, which
-    place(strategy=...) reports, holds those too, for every strategy."""
+def test_the_task_graph_costs_what_the_rewrite_writes():
+    """The task graph the searches score costs what the rewritten GraphDef runs:
+    the parts, synchronised batch norm's passes, and the slices and
+    concatenations between parts (ResNet-50, batch 2, default cost model: the
+    task graphs of data parallelism, the channel split and the mixed strategy
+    held 88%, 57% and 52% of their GraphDefs' compute before; 94%, 98%, 93%
+    now, the rest ops the rewrite adds once per step: constants, reshapes)."""
     import fddps
     from costmodel import default_cost_model
     from fddps.strategy import expand, mixed
@@ -458,6 +459,5 @@ def test_the_task_graph_costs_the_synchronised_batch_norm_the_rewrite_writes():
         ex = expand(step, strategy, p.cluster, cm)
         device = [p.cluster.index[ex.placement[n]] for n in ex.graph.names]
         tasks = ex.graph.exec_times(p.cluster)[np.arange(ex.graph.num_ops), device].sum()
-        assert tasks <= written and p.info["expansion_makespan"] <= p.makespan, strategy.name
-        if make is data_parallel:
-            assert tasks >= 0.9 * written
+        assert 0.9 * written <= tasks <= 1.02 * written, (strategy.name, tasks, written)
+        assert 0.9 * p.makespan <= p.info["expansion_makespan"] <= 1.02 * p.makespan

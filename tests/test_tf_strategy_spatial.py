@@ -4,6 +4,7 @@ width with a halo, in real TensorFlow graphs, and the halo's bytes in the task g
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -315,7 +316,13 @@ def test_expansion_charges_the_halo_rows_and_nothing_for_rows_held():
     assert rows.loc["c/fddps_part_0", "flops"] == pytest.approx(step.ops["c"].flops / 2)
     g = ex.graph
     whole = expand(step, _split_h(step, []), cm.cluster(GPUS), cm).graph
-    assert g.cost[g.index["c/fddps_part_0"], 0] < whole.cost[whole.index["c"], 0]
+    own = cm.op_times(rows.loc[["c/fddps_part_0"]].reset_index(), "GPU")[0]
+    assert own < whole.cost[whole.index["c"], 0]
+    # Its task also pays for concatenating its rows with the halo row (two pieces).
+    concat = cm.op_times(pd.DataFrame([dict(name="x", op_type="ConcatV2", flops=0.0,
+                                             input_bytes=5 * row, output_bytes=5 * row,
+                                             param_bytes=0.0)]), "GPU")[0]
+    assert g.cost[g.index["c/fddps_part_0"], 0] == pytest.approx(own + concat)
     assert ex.simulate(cm.cluster(GPUS)).makespan > 0
 
 

@@ -51,6 +51,9 @@ from ..graph import OpGraph
 from ..simulate import simulate
 from ..strategy.expand import expand, op_layout, op_records, task_aliases
 from ..strategy.ops import NotDescribed, resolve
+
+#: Records of :func:`~fddps.strategy.expand.op_records` that carry a cost-model row.
+COSTED = ("T", "R", "C")
 from ..strategy.strategy import Strategy, validate
 
 #: Default weight of memory over capacity: the cost is multiplied by
@@ -211,7 +214,7 @@ class StrategyEvaluator:
         for r in op_records(self.step.ops[name], configs[name], self.dims[name], layouts[name],
                             lambda src, port: layouts[src][2][port],
                             lambda src: layouts[src][1]):
-            if r[0] in ("T", "R"):
+            if r[0] in COSTED:
                 recs.append((*r[:-1], len(rows)))
                 rows.append(r[-1])
             else:
@@ -238,7 +241,7 @@ class StrategyEvaluator:
             built[name] = (recs, len(all_rows))
             all_rows.extend(rows)
         if not costed:
-            return {name: [(*r[:-1], None) if r[0] in ("T", "R") else r for r in recs]
+            return {name: [(*r[:-1], None) if r[0] in COSTED else r for r in recs]
                     for name, (recs, _) in built.items()}
         table = pd.DataFrame(all_rows, columns=["name", "op_type", "flops", "input_bytes",
                                                 "output_bytes", "param_bytes", "profile_name"])
@@ -258,12 +261,12 @@ class StrategyEvaluator:
         for name, (recs, base) in built.items():
             out[name] = [(*r[:-1], (cost[base + r[-1]], persistent[base + r[-1]],
                                     transient[base + r[-1]], op_types[base + r[-1]]))
-                         if r[0] in ("T", "R") else r for r in recs]
+                         if r[0] in COSTED else r for r in recs]
         return out
 
     def _assemble(self, fragments):
         names, device, costs, mem, trans, types, edges, reduces = [], {}, [], [], [], [], [], {}
-        gathers = set()
+        gathers, extra = set(), []
         for name in self.step.ops:
             for r in fragments[name]:
                 kind = r[0]
@@ -271,6 +274,8 @@ class StrategyEvaluator:
                     edges.append(r[1:])
                 elif kind == "G":
                     gathers.add(r[1])
+                elif kind == "C":  # a slice or concatenation its reader pays for
+                    extra.append((r[1], r[3][0]))
                 elif kind == "T":
                     _, tname, dev, (c, p, t, ty) = r
                     names.append(tname)
@@ -286,7 +291,11 @@ class StrategyEvaluator:
                         edges.extend((src, rname, b) for src, _, b in overlapping)
                         reduces[key] = rname
                     edges.append((reduces[key], consumer, 0.0))
-        graph = OpGraph(names, np.array(costs).reshape(len(names), len(self.types)), edges,
+        costs = np.array(costs).reshape(len(names), len(self.types))
+        if extra:
+            position = {n: i for i, n in enumerate(names)}
+            np.add.at(costs, [position[t] for t, _ in extra], np.array([c for _, c in extra]))
+        graph = OpGraph(names, costs, edges,
                         memory=mem, transient=trans, device_types=self.types, op_types=types,
                         pinned=device, aliases=task_aliases(types, names, gathers))
         return graph, device

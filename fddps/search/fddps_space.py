@@ -207,7 +207,7 @@ class FDDPSSpaceSearch(StrategySearch):
 
         for n, recs in frags.items():
             for r in recs:
-                if r[0] == "T" and n == name:
+                if r[0] in ("T", "C") and n == name:
                     busy[r[2]] += float(r[3][0][column[r[2]]])
                 elif r[0] == "E" and (n == name or part_of_task(r[1]) in own):
                     move(device[part_of_task(r[1])], device[part_of_task(r[2])], r[3])

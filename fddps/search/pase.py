@@ -282,7 +282,7 @@ class PaseSearch(StrategySearch):
             busy, edges = defaultdict(float), []
             for n in names:
                 for r in frags[n]:
-                    if r[0] == "T":
+                    if r[0] in ("T", "C"):  # a task, or a slice or concatenation it pays for
                         if costed:
                             busy[r[2]] += float(r[3][0][column[r[2]]])
                     elif r[0] == "E":

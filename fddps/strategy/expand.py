@@ -27,6 +27,10 @@ both ends' layouts:
   the part that synchronised batch norm makes, as the rewrite writes it
   (:data:`SYNC_BATCH_NORM`), are tasks of their own, each costed by the cost
   model at the part's shape;
+- a task that reads a piece of a producer part's box (other than a view:
+  a cut of the first axis) pays for the slice, and one that reads several
+  parts' pieces for their concatenation, each costed by the cost model
+  (``Slice``, ``ConcatV2``), as the rewrite writes them;
 - a part's time is the cost model's at the part's own shape (FLOPs scaled by
   its share of the iteration domain, bytes from its boxes), its transient
   memory its outputs, its persistent memory its share of a variable (and of
@@ -60,7 +64,7 @@ import pandas as pd
 
 from ..graph import ALIAS_OP_TYPES, OpGraph
 from .graph import tensor_bytes
-from .ops import SHAPE_ONLY_OPS, HaloAxis, NotDescribed, resolve
+from .ops import SHAPE_ONLY_OPS, HaloAxis, NotDescribed, first_axis_view, resolve
 from .strategy import parts, validate
 
 #: Batch norm split along its statistics dimensions, as :mod:`fddps.tf.strategy_rewrite`
@@ -211,7 +215,9 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
         distinct ``key`` (the first record of a key creates it, fed by the
         listed pieces);
         ``("G", task)``: ``task`` assembles its first input from several pieces
-        (a buffer of its own: :func:`task_aliases`).
+        (a buffer of its own: :func:`task_aliases`);
+        ``("C", task, device, row)``: ``task`` also spends what ``row`` costs on
+        ``device`` (slicing a piece out of a part, concatenating pieces).
     """
     op_parts, names_j, _ = layout
     split = cfg.num_parts > 1
@@ -225,7 +231,8 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
                                           param_bytes=param_bytes, profile_name=profile_name)))
 
     def feed(src, port, box, consumer, dev):
-        """Records bringing ``box`` of tensor (src, port) to task ``consumer`` on ``dev``."""
+        """Records bringing ``box`` of tensor (src, port) to task ``consumer`` on ``dev``;
+        the number of pieces it is assembled from (1 for a sum of partial sums)."""
         entries, itemsize, partial = source(src, port)
         if not partial:
             # Parts holding the same box hold the same values (replicas, as batch
@@ -234,12 +241,31 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
             for t, pdev, pbox in entries:
                 if pbox not in held or (pdev == dev and held[pbox][1] != dev):
                     held[pbox] = (t, pdev)
+            pieces = []
             for pbox, (t, pdev) in held.items():
                 inter = _intersect(pbox, box)
                 if inter is not None:
                     local = pdev == dev and not apart
                     recs.append(("E", t, consumer, 0.0 if local else _box_bytes(inter, itemsize)))
-            return
+                    pieces.append((pbox, inter))
+            # The rewrite slices a piece out of a part (unless the slice is a view) and
+            # concatenates several: the reader pays for them (they run on the piece's
+            # device and the reader's; a slice shared by two readers is paid twice).
+            size = _box_bytes(box, itemsize)
+            if len(pieces) > 1:
+                recs.append(("C", consumer, dev, dict(
+                    name=f"{consumer}/fddps_concat", op_type="ConcatV2", flops=0.0,
+                    input_bytes=size, output_bytes=size, param_bytes=0.0)))
+            elif pieces and pieces[0][1] != pieces[0][0]:
+                (pbox, inter), = pieces
+                if not first_axis_view([b - a for a, b in pbox],
+                                       [a - a0 for (a, _), (a0, _) in zip(inter, pbox)],
+                                       [b - a for a, b in inter], itemsize):
+                    recs.append(("C", consumer, dev, dict(
+                        name=f"{consumer}/fddps_slice", op_type="Slice", flops=0.0,
+                        input_bytes=_box_bytes(pbox, itemsize), output_bytes=size,
+                        param_bytes=0.0)))
+            return len(pieces)
         overlapping = [(t, d, _intersect(b, box)) for t, d, b in entries]
         overlapping = [(t, d, 0.0 if d == dev and not apart else _box_bytes(b, itemsize))
                        for t, d, b in overlapping if b is not None]
@@ -250,6 +276,7 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
                           flops=size / max(itemsize, 1) * (len(overlapping) - 1),
                           input_bytes=size * len(overlapping), output_bytes=size,
                           param_bytes=0.0)))
+        return 1
 
     sync = SYNC_BATCH_NORM.get(op.op_type) if stats_split else None
 
@@ -296,9 +323,7 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
             if op.op_type in SHAPE_ONLY_OPS:  # ordered after its input, reads no bytes
                 recs.extend(("E", s, target, 0.0) for s, _, _ in source(src, port)[0])
                 continue
-            before = len(recs)
-            feed(src, port, in_boxes[k], target, p.device)
-            if k == 0 and len(recs) - before > 1:
+            if feed(src, port, in_boxes[k], target, p.device) > 1 and k == 0:
                 recs.append(("G", target))  # assembles its input from pieces: a new buffer
         for src in op.control_inputs:
             recs.extend(("E", s, target, 0.0) for s in control_tasks(src))
@@ -339,7 +364,7 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
         If the strategy does not validate (:func:`fddps.strategy.strategy.validate`).
     """
     validate(strategy, step, cluster.names)
-    rows, names, device, edges = [], [], {}, []
+    rows, names, device, edges, extra = [], [], {}, [], []
     tasks, layouts, reduces, gathers = {}, {}, {}, set()
 
     def add_task(name, dev, row):
@@ -364,6 +389,8 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
                 edges.append(rec[1:])
             elif kind == "G":
                 gathers.add(rec[1])
+            elif kind == "C":
+                extra.append((rec[1], rec[3]))
             else:  # a reduce of partial sums: created by its key's first reader
                 _, key, consumer, overlapping, row = rec
                 if key not in reduces:
@@ -375,6 +402,12 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
     types = list(dict.fromkeys(d.type for d in cluster.devices))
     cost = np.column_stack([np.asarray(cost_model.op_times(table, t), dtype=np.float64)
                             for t in types])
+    if extra:  # slices and concatenations, paid by the tasks that read through them
+        more = pd.DataFrame([row for _, row in extra])
+        add = np.column_stack([np.asarray(cost_model.op_times(more, t), dtype=np.float64)
+                               for t in types])
+        position = {n: i for i, n in enumerate(names)}
+        np.add.at(cost, [position[task] for task, _ in extra], add)
     persistent, transient = cost_model.memory(table)
     graph = OpGraph(names, cost, edges, memory=persistent, transient=transient,
                     device_types=types, op_types=table["op_type"].tolist(), pinned=device,
