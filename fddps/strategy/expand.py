@@ -400,14 +400,15 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
                 edges.append((reduces[key], consumer, 0.0))
     table = pd.DataFrame(rows)
     types = list(dict.fromkeys(d.type for d in cluster.devices))
-    cost = np.column_stack([np.asarray(cost_model.op_times(table, t), dtype=np.float64)
-                            for t in types])
-    if extra:  # slices and concatenations, paid by the tasks that read through them
-        more = pd.DataFrame([row for _, row in extra])
-        add = np.column_stack([np.asarray(cost_model.op_times(more, t), dtype=np.float64)
-                               for t in types])
+    # Tasks and the slices and concatenations they pay for, costed in one call (one
+    # coverage warning per expansion, not two).
+    every = pd.concat([table, pd.DataFrame([row for _, row in extra])], ignore_index=True)
+    every_cost = np.column_stack([np.asarray(cost_model.op_times(every, t), dtype=np.float64)
+                                  for t in types])
+    cost = every_cost[:len(table)].copy()
+    if extra:
         position = {n: i for i, n in enumerate(names)}
-        np.add.at(cost, [position[task] for task, _ in extra], add)
+        np.add.at(cost, [position[task] for task, _ in extra], every_cost[len(table):])
     persistent, transient = cost_model.memory(table)
     graph = OpGraph(names, cost, edges, memory=persistent, transient=transient,
                     device_types=types, op_types=table["op_type"].tolist(), pinned=device,
