@@ -35,16 +35,23 @@ gradients summed over sample parts), so its rounding errors are of the same
 kind, injected at many ops instead of once at the input. Scaling the whole
 batch by ``1 + 2**-23`` would be the obvious alternative but is no test at
 all for the batch-norm networks: the first batch norm removes a common scale.
-A different intra-op thread count (reordering sums inside kernels) was the
-other candidate; it changes nothing in kernels that do not shard their sums
-over threads, so it can measure zero where rounding does matter.
+The input perturbation injects rounding at one place, the input, while a
+strategy reorders sums at many ops, late layers included, where the input's
+perturbation may arrive damped. So a second probe injects rounding where the
+kernels are: the unsplit graph run with 2 intra-op threads instead of 1
+(``spread:threads``), which reorders the sums inside every kernel that shards
+its reduction over threads (convolutions, batch norm), and changes nothing in
+kernels that do not; alone it could measure zero where rounding does matter.
 
 The perturbation is drawn ``ROUNDING_DRAWS`` (3) times (seeds 0, 1, 2) and a
 quantity's spread is the largest of its three differences: in the batch-norm
 networks at batch 8 one step is chaotic (one ulp at the input moves conv1's
 momentum slot by ten times its size), a single draw is one sample of a
 heavy-tailed amplification, and over hundreds of variables some single draws
-are far below typical. Three draws is still a lower estimate of the spread.
+are far below typical. A quantity's rounding spread is the largest of its
+differences under the three input draws and the thread probe (all four only
+change rounding); ``ratio_ulp`` is the ratio against the input draws alone,
+to show what the thread probe adds. Four probes are still a lower estimate.
 
 A cell is **equal to float32 rounding** when every quantity (each loss, each
 variable) either passes at 1e-5 or differs by at most ``ROUNDING_FACTOR`` (4)
@@ -52,15 +59,27 @@ times its own rounding spread; ``rounding_ratio`` is the largest
 ``rel / spread`` over the quantities above 1e-5. Where the spread itself is of
 order 1 (the chaotic steps), this criterion says only that the strategy moves
 the step no more than rounding does: it cannot tell a correct rewrite from a
-slightly wrong one there, and the table says so by the size of the spread. The unsplit graph is also run
-a second time unchanged (``spread:repeat``) to show the reference itself is
-reproducible in this process (0 expected); it is reported, not used.
+slightly wrong one there, and the table says so by the size of the spread.
+The unsplit graph is also run a second time unchanged (``spread:repeat``) to
+show whether the reference itself is reproducible in this process; it is
+reported, not used (0 in five networks; NASNet-A Large's depthwise weights'
+momentum slots differ by up to 1.2e-2 between two identical runs).
+
+**Kernel probe** (``--kernel-probe``, a diagnostic for cells the above calls
+DIFFERS): the unsplit step once more in a fresh process with
+``TF_ENABLE_ONEDNN_OPTS=0`` (``spread:onednn_off``), i.e. the same graph on
+TensorFlow's Eigen kernels instead of oneDNN's: two correct float32
+implementations of every op, rounding inside every layer rather than at the
+input only. ``verdict_kernels`` and ``ratio_kernels`` then compare each
+quantity with the largest of all probes; ``verdict`` stays as above.
 
 Run::
 
     python -m experiments.strategy_equality                   # the six networks, batch 8
     python -m experiments.strategy_equality --models vgg16 --clusters cpu4 \\
-        --strategies data_parallel --batch 2 --image-size 16
+        --strategies data_parallel --batch 2
+    python -m experiments.strategy_equality --models inception_v3 \\
+        --strategies data_parallel --kernel-probe --out experiments/results/k.csv
 
 Rows are appended to the CSV after every cell (``--out``), so a run cut short
 keeps what it measured; ``--append`` adds to an existing CSV instead of
@@ -71,6 +90,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 
@@ -93,10 +116,11 @@ ROUNDING_FACTOR = 4.0
 ROUNDING_DRAWS = 3
 LOSSES = ("loss (step)", "loss (next)")
 COLUMNS = ["model", "batch", "image_size", "cluster", "strategy", "devices", "status",
-           "ops", "ops_split", "loss_step_rel", "loss_next_rel", "loss_rel", "loss_abs", "var_rel", "var_abs", "worst_var",
-           "trainable_rel", "worst_rel", "worst_quantity", "spread_rel", "spread_worst_rel",
-           "spread_worst_quantity", "rounding_ratio", "ratio_quantity", "pass_1e5", "verdict",
-           "rewrite_s", "run_s", "seconds"]
+           "ops", "ops_split", "loss_step_rel", "loss_next_rel", "loss_rel", "loss_abs",
+           "var_rel", "var_abs", "worst_var", "trainable_rel", "worst_rel", "worst_quantity",
+           "spread_rel", "spread_worst_rel", "spread_worst_quantity", "rounding_ratio",
+           "ratio_quantity", "ratio_ulp", "pass_1e5", "verdict",
+           "ratio_kernels", "verdict_kernels", "rewrite_s", "run_s", "seconds"]
 
 
 def _tf():
@@ -105,12 +129,12 @@ def _tf():
     return tf
 
 
-def cpu4_config():
+def cpu4_config(intra_op_threads=1):
     """The tests' session config: 4 CPU devices, 1 intra-op and 2 inter-op threads."""
     tf = _tf()
     return tf.compat.v1.ConfigProto(device_count={"CPU": 4}, allow_soft_placement=False,
                                     inter_op_parallelism_threads=2,
-                                    intra_op_parallelism_threads=1)
+                                    intra_op_parallelism_threads=intra_op_threads)
 
 
 def variable_names(graph_def):
@@ -182,7 +206,18 @@ def differences(got, ref):
     return out
 
 
-def summarize(diff, spread=None, trainable=()):
+def _ratio(diff, spread):
+    ratio, where = 0.0, ""
+    for q, (rel, _) in diff.items():
+        if rel > RTOL:
+            s = spread[q][0]
+            r = rel / s if s > 0 else np.inf
+            if r > ratio:
+                ratio, where = r, q
+    return ratio, where
+
+
+def summarize(diff, spread=None, trainable=(), spread_ulp=None):
     """One cell's columns from its :func:`differences` (and the network's rounding spread).
 
     ``verdict``: ``"equal at 1e-5"`` when every quantity is within 1e-5;
@@ -205,14 +240,10 @@ def summarize(diff, spread=None, trainable=()):
         sworst = max(spread, key=lambda q: spread[q][0])
         row.update(spread_rel=spread[worst][0], spread_worst_rel=spread[sworst][0],
                    spread_worst_quantity=sworst)
-        ratio, ratio_q = 0.0, ""
-        for q, (rel, _) in diff.items():
-            if rel > RTOL:
-                s = spread[q][0]
-                r = rel / s if s > 0 else np.inf
-                if r > ratio:
-                    ratio, ratio_q = r, q
+        ratio, ratio_q = _ratio(diff, spread)
         row.update(rounding_ratio=ratio, ratio_quantity=ratio_q)
+        if spread_ulp is not None:
+            row["ratio_ulp"] = _ratio(diff, spread_ulp)[0]
     if row["pass_1e5"]:
         row["verdict"] = "equal at 1e-5"
     elif spread is not None and row["rounding_ratio"] <= ROUNDING_FACTOR:
@@ -235,8 +266,32 @@ def _write(rows, out):
             ensure_parent(out), index=False)
 
 
+def _unsplit_in_subprocess(name, batch, image_size, env):
+    """The unsplit step's quantities, run by a fresh Python process with ``env`` added."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "unsplit.pkl")
+        cmd = [sys.executable, "-m", "experiments.strategy_equality", "--unsplit-pickle", path,
+               "--models", name, "--batch", str(batch)]
+        if image_size is not None:
+            cmd += ["--image-size", str(image_size)]
+        subprocess.run(cmd, check=True, env={**os.environ, **env},
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+
+def _save_unsplit(name, batch, image_size, path):
+    import slim_models
+
+    model = slim_models.build_training_graph(name, batch, dataset="cifar10",
+                                             image_size=image_size)
+    out = run_step(model.graph_def, model, variable_names(model.graph_def))
+    with open(path, "wb") as f:
+        pickle.dump(out, f)
+
+
 def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_size=None,
-                cluster=None, rows=None, out=None, log=print):
+                cluster=None, rows=None, out=None, log=print, kernel_probe=False):
     """All cells of one network; appends rows to ``rows`` (written to ``out`` after each)."""
     import slim_models
     from fddps.tf.strategy_graph import step_graph
@@ -256,20 +311,36 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
     log(f"{name}: built, {len(step)} step ops, unsplit step {time.perf_counter() - t0:.0f} s "
         f"(loss {float(ref[LOSSES[0]]):.5f} -> {float(ref[LOSSES[1]]):.5f})")
     images = unsplit_images(model)
-    runs = [("spread:repeat", {})] + [(f"spread:input_ulp{k}", {"images": ulp_perturbed(images, k)})
-                                      for k in range(ROUNDING_DRAWS)]
-    spread = {}
+    runs = ([("spread:repeat", {})]
+            + [(f"spread:input_ulp{k}", {"images": ulp_perturbed(images, k)})
+               for k in range(ROUNDING_DRAWS)]
+            + [("spread:threads", {"config": cpu4_config(intra_op_threads=2)})])
+    spread, spread_ulp = {}, {}
     for label, kwargs in runs:
         t = time.perf_counter()
         diff = differences(run_step(gd, model, variables, **kwargs), ref)
         if label != "spread:repeat":
             spread = {q: max(diff[q], spread.get(q, (0.0, 0.0))) for q in diff}
+        if label.startswith("spread:input_ulp"):
+            spread_ulp = {q: max(diff[q], spread_ulp.get(q, (0.0, 0.0))) for q in diff}
         rows.append(dict(base, cluster="local", strategy=label, devices=1, status="ok",
                          ops=len(gd.node), ops_split=0, run_s=time.perf_counter() - t,
                          seconds=time.perf_counter() - t, **summarize(diff, trainable=trainable)))
         rows[-1]["verdict"] = ""
         log(f"  {label}: worst rel {rows[-1]['worst_rel']:.2e} ({rows[-1]['worst_quantity']}), "
             f"loss (next) {rows[-1]['loss_next_rel']:.2e}")
+    spread_all = spread
+    if kernel_probe:
+        t = time.perf_counter()
+        diff = differences(_unsplit_in_subprocess(name, batch, image_size,
+                                                  {"TF_ENABLE_ONEDNN_OPTS": "0"}), ref)
+        spread_all = {q: max(diff[q], spread[q]) for q in diff}
+        rows.append(dict(base, cluster="local", strategy="spread:onednn_off", devices=1,
+                         status="ok", ops=len(gd.node), ops_split=0, verdict="",
+                         seconds=time.perf_counter() - t, **summarize(diff, trainable=trainable)))
+        rows[-1]["verdict"] = ""
+        log(f"  spread:onednn_off: worst rel {rows[-1]['worst_rel']:.2e} "
+            f"({rows[-1]['worst_quantity']}), loss (next) {rows[-1]['loss_next_rel']:.2e}")
     _write(rows, out)
     for where in clusters:
         if where == "cpu4":
@@ -289,10 +360,14 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
                 t_rw = time.perf_counter()
                 got = run_step(new, model, variables, target=target, config=config)
                 t_run = time.perf_counter()
+                diff = differences(got, ref)
+                if kernel_probe:
+                    k = summarize(diff, spread_all)
+                    row.update(ratio_kernels=k["rounding_ratio"], verdict_kernels=k["verdict"])
                 row.update(status="ok", ops=len(new.node),
                            ops_split=sum(strategy.config(n).num_parts > 1 for n in step.ops),
                            rewrite_s=t_rw - t, run_s=t_run - t_rw,
-                           **summarize(differences(got, ref), spread, trainable))
+                           **summarize(diff, spread, trainable, spread_ulp))
             except Exception as e:  # noqa: BLE001 -- one cell's failure is a result
                 row.update(status=f"error: {type(e).__name__}: {e}"[:300], verdict="ERROR")
                 traceback.print_exc()
@@ -302,7 +377,8 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
             if row["status"] == "ok":
                 log(f"  {where} {sname}: {row['verdict']}; worst rel {row['worst_rel']:.2e} "
                     f"({row['worst_quantity']}), spread there {row['spread_rel']:.2e}, "
-                    f"ratio {row['rounding_ratio']:.2f}; {row['ops']} ops, "
+                    f"ratio {row['rounding_ratio']:.2g} (input ulp alone {row['ratio_ulp']:.2g}); "
+                    f"{row['ops']} ops, "
                     f"{row['seconds']:.0f} s")
             else:
                 log(f"  {where} {sname}: {row['status']} ({row['seconds']:.0f} s)")
@@ -324,13 +400,16 @@ def markdown(df) -> str:
             continue
         lines.append(f"| {r.model} | {r.strategy} | {r.cluster} | {r.loss_step_rel:.1e}, "
                      f"{r.loss_next_rel:.1e} | {r.worst_rel:.1e} ({r.worst_quantity}) "
-                     f"| {r.spread_rel:.1e} | {r.rounding_ratio:.2f} | {r.verdict} "
-                     f"| {r.seconds:.0f} |")
+                     f"| {r.spread_rel:.1e} | {r.rounding_ratio:.2g} | {r.verdict}"
+                     + (f"; with oneDNN off as a probe: {r.verdict_kernels} "
+                        f"(x{r.ratio_kernels:.2g})"
+                        if isinstance(getattr(r, "verdict_kernels", None), str) else "")
+                     + f" | {r.seconds:.0f} |")
     return "\n".join(lines)
 
 
 def run(models=MODELS, batch=8, strategies=STRATEGIES, clusters=CLUSTERS, image_size=None,
-        out=None, append=False, log=print):
+        out=None, append=False, log=print, kernel_probe=False):
     rows = []
     if append and out is not None and os.path.exists(out):
         rows = pd.read_csv(out).to_dict("records")
@@ -343,7 +422,8 @@ def run(models=MODELS, batch=8, strategies=STRATEGIES, clusters=CLUSTERS, image_
         log(f"local_cluster: {cluster.devices}")
     try:
         for name in models:
-            run_network(name, batch, strategies, clusters, image_size, cluster, rows, out, log)
+            run_network(name, batch, strategies, clusters, image_size, cluster, rows, out, log,
+                        kernel_probe)
     finally:
         if cluster_cm is not None:
             cluster_cm.__exit__(None, None, None)
@@ -359,14 +439,21 @@ def main(argv=None):
     p.add_argument("--clusters", default=",".join(CLUSTERS))
     p.add_argument("--out", default=str(RESULTS / "strategy_equality.csv"))
     p.add_argument("--append", action="store_true", help="add to an existing --out CSV")
+    p.add_argument("--kernel-probe", action="store_true",
+                   help="also run the unsplit step with TF_ENABLE_ONEDNN_OPTS=0 (diagnostic)")
+    p.add_argument("--unsplit-pickle", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.unsplit_pickle:  # the kernel probe's subprocess
+        return _save_unsplit(args.models, args.batch, args.image_size, args.unsplit_pickle)
     t0 = time.perf_counter()
     df = run([m for m in args.models.split(",") if m], args.batch,
              [s for s in args.strategies.split(",") if s],
-             [c for c in args.clusters.split(",") if c], args.image_size, args.out, args.append)
+             [c for c in args.clusters.split(",") if c], args.image_size, args.out, args.append,
+             kernel_probe=args.kernel_probe)
     print(f"\nOne training step vs the unsplit graph, CIFAR-10 size, batch {args.batch}; "
           f"worst rel. = max |a - b| / (|b| + 0.1) over both losses and every variable; "
-          f"rounding spread = the unsplit step with its input moved one float32 ulp; "
+          f"rounding spread = the unsplit step with its input moved one float32 ulp "
+          f"({ROUNDING_DRAWS} draws) or 2 intra-op threads, per quantity the largest; "
           f"float32 rounding: within {ROUNDING_FACTOR:g}x the spread. "
           f"{time.perf_counter() - t0:.0f} s in all.\n")
     print(markdown(df))
