@@ -336,7 +336,7 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
                                                   {"TF_ENABLE_ONEDNN_OPTS": "0"}), ref)
         spread_all = {q: max(diff[q], spread[q]) for q in diff}
         rows.append(dict(base, cluster="local", strategy="spread:onednn_off", devices=1,
-                         status="ok", ops=len(gd.node), ops_split=0, verdict="",
+                         status="ok", ops=len(gd.node), ops_split=0,
                          seconds=time.perf_counter() - t, **summarize(diff, trainable=trainable)))
         rows[-1]["verdict"] = ""
         log(f"  spread:onednn_off: worst rel {rows[-1]['worst_rel']:.2e} "
