@@ -266,6 +266,20 @@ class CostModel:
         raise CostModelError(f"no link rule covers {src!r} -> {dst!r} "
                              f"(tried {_link_key(a.type, b.type, same)!r}; rules: {sorted(self.links)})")
 
+    def transfer_cpu(self, src: str, dst: str):
+        """``(cpu_latency, cpu_bandwidth)`` measured for the pair (either direction), or None.
+
+        What each end spends on one more transfer while many are in flight
+        (:class:`~costmodel.hardware.LinkPreset`); :meth:`cluster` and
+        ``fddps.tf.make_cluster`` give it to the cluster (``transfer_cpu``).
+        """
+        a, b = parse_device(src), parse_device(dst)
+        key = (str(a), str(b))
+        p = self.pair_links.get(key) or self.pair_links.get(key[::-1])
+        if p is None or p.cpu_latency is None:
+            return None
+        return p.cpu_latency, p.cpu_bandwidth
+
     def transfer_time(self, nbytes, src: str, dst: str):
         """Seconds to move ``nbytes`` (number or array) from ``src`` to ``dst``; 0 on one device."""
         lat, bw = self.link(src, dst)
@@ -320,7 +334,9 @@ class CostModel:
             Capacities; default :meth:`device_memory` of each device's type.
 
         Links between two CPU devices get ``transfer_compute = 1``: the devices
-        spend the transfer's time on it themselves (:meth:`fddps.Cluster.from_links`).
+        spend the transfer's time on it themselves (:meth:`fddps.Cluster.from_links`),
+        at most the CPU cost measured for the pair under many transfers at once
+        (:meth:`transfer_cpu`).
         """
         from fddps.cluster import Cluster, Device
 
@@ -333,7 +349,7 @@ class CostModel:
             else:
                 cap = self.device_memory(p.type) if memory is None else float(memory)
             out.append(Device(name, type=p.type, memory=float(cap), host="/".join(map(str, p.host))))
-        return Cluster.from_links(out, self.link)
+        return Cluster.from_links(out, self.link, transfer_cpu=self.transfer_cpu)
 
     # -- checking the graph ------------------------------------------------------------
     def check_graph(self, ops: pd.DataFrame, path=None) -> None:
@@ -390,7 +406,8 @@ class CostModel:
             devices = {t: DevicePreset.from_dict(p) for t, p in d["devices"].items()}
             links = {r: LinkPreset(**{**p, "bandwidth": bw(p["bandwidth"])}) for r, p in d["links"].items()}
             pairs = {(p["src"], p["dst"]): LinkPreset(p["name"], p["latency"], bw(p["bandwidth"]),
-                                                      p.get("source", ""))
+                                                      p.get("source", ""), p.get("cpu_latency"),
+                                                      p.get("cpu_bandwidth"))
                      for p in d.get("pair_links", [])}
             compute = {}
             if d.get("compute"):

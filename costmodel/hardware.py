@@ -432,18 +432,31 @@ class LinkPreset:
         Bytes per second (effective, not line rate).
     source : str
         Where the figures come from.
+    cpu_latency, cpu_bandwidth : float or None
+        What each end of a link between CPU devices spends on one more transfer
+        while many are in flight, ``cpu_latency + b / cpu_bandwidth`` seconds
+        (fitted by ``fddps.tf.comm_bench.fit_transfer_cpu``;
+        :class:`fddps.Cluster`'s ``transfer_cpu``). None: not measured.
     """
 
     name: str
     latency: float
     bandwidth: float
     source: str = ""
+    cpu_latency: float | None = None
+    cpu_bandwidth: float | None = None
 
     def __post_init__(self):
         if not (np.isfinite(self.latency) and self.latency >= 0):
             raise CostModelError(f"link {self.name!r}: latency must be finite and >= 0, got {self.latency!r}")
         if not (self.bandwidth > 0):
             raise CostModelError(f"link {self.name!r}: bandwidth must be > 0, got {self.bandwidth!r}")
+        if (self.cpu_latency is None) != (self.cpu_bandwidth is None):
+            raise CostModelError(f"link {self.name!r}: cpu_latency and cpu_bandwidth go together")
+        if self.cpu_latency is not None and not (
+                np.isfinite(self.cpu_latency) and self.cpu_latency >= 0 and self.cpu_bandwidth > 0):
+            raise CostModelError(f"link {self.name!r}: needs cpu_latency >= 0 and cpu_bandwidth > 0, "
+                                 f"got {self.cpu_latency!r} and {self.cpu_bandwidth!r}")
 
     def transfer_time(self, nbytes):
         """Seconds to move ``nbytes`` (a number or an array) over this link."""

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -364,7 +365,8 @@ class LinkModel:
 def fit_cost_model(measured: pd.DataFrame | Sequence[pd.DataFrame] | None = None, *,
                    transfers: pd.DataFrame | None = None, base: CostModel | None = None,
                    graph: str | None = None, links: Mapping | None = None,
-                   meta: Mapping | None = None, min_samples: int = 4) -> CostModel:
+                   meta: Mapping | None = None, min_samples: int = 4,
+                   transfer_cpu: pd.DataFrame | None = None) -> CostModel:
     """A :class:`~costmodel.CostModel` fitted to measurements, on top of ``base``.
 
     Parameters
@@ -384,6 +386,12 @@ def fit_cost_model(measured: pd.DataFrame | Sequence[pd.DataFrame] | None = None
         :meth:`CostModel.load` and :meth:`CostModel.check_graph`.
     links : mapping, optional
         Link rules to add to or replace the base's.
+    transfer_cpu : DataFrame, optional
+        What one more concurrent transfer costs each end of a measured link
+        (``fddps.tf.comm_bench.fit_transfer_cpu``: ``src``, ``dst``,
+        ``cpu_latency``, ``cpu_bandwidth``); kept on the pair's link
+        (:meth:`CostModel.transfer_cpu`). Rows whose cost does not grow with
+        the bytes (``cpu_bandwidth`` inf) or the count are left out.
 
     Returns
     -------
@@ -412,6 +420,15 @@ def fit_cost_model(measured: pd.DataFrame | Sequence[pd.DataFrame] | None = None
     pair_links = dict(base.pair_links)
     if transfers is not None:
         pair_links.update(LinkModel().fit(transfers).pair_links())
+    for r in ([] if transfer_cpu is None else transfer_cpu.itertuples()):
+        if not (np.isfinite(r.cpu_latency) and np.isfinite(r.cpu_bandwidth)):
+            continue
+        key = (str(parse_device(r.src)), str(parse_device(r.dst)))
+        if key not in pair_links:
+            raise CostModelError(f"transfer_cpu names the link {r.src!r} -> {r.dst!r}, which "
+                                 "was not measured (give its transfers too)")
+        pair_links[key] = dataclasses.replace(pair_links[key], cpu_latency=float(r.cpu_latency),
+                                              cpu_bandwidth=float(r.cpu_bandwidth))
     rules = dict(base.links)
     rules.update(links or {})
     return CostModel(base.devices, rules, pair_links=pair_links, compute=compute,

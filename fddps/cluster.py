@@ -136,7 +136,8 @@ class Cluster:
     transfer_cpu : pair of (float or array-like (m, m)), optional
         ``(cpu_latency, cpu_bandwidth)``: what each end device of a
         compute-charged link (``transfer_compute > 0``) spends on a transfer of
-        ``b`` bytes, ``cpu_latency + b / cpu_bandwidth`` seconds, as fitted on
+        ``b`` bytes, ``cpu_latency + b / cpu_bandwidth`` seconds (NaN on a link
+        not measured: ``T / 2``), as fitted on
         many transfers at once (:func:`fddps.tf.comm_bench.fit_transfer_cpu`):
         gRPC overlaps the waiting of concurrent transfers, so a small one
         costs the tasks far less than its one-at-a-time ``T``. The end devices
@@ -200,9 +201,13 @@ class Cluster:
                                    f"got {transfer_cpu!r}") from None
             cpu_lat = self._matrix(cpu_lat, "transfer_cpu latency")
             cpu_bw = self._matrix(cpu_bw, "transfer_cpu bandwidth")
-            if np.any(~(cpu_lat[off] >= 0)) or np.any(np.isinf(cpu_lat[off])):
+            fitted = ~np.isnan(cpu_lat) & ~np.isnan(cpu_bw)
+            if np.any((np.isnan(cpu_lat) != np.isnan(cpu_bw))[off]):
+                raise ClusterError("transfer_cpu: a link has a cpu_latency or a cpu_bandwidth, "
+                                   "not both")
+            if np.any(~(cpu_lat[off & fitted] >= 0)) or np.any(np.isinf(cpu_lat[off & fitted])):
                 raise ClusterError("transfer_cpu needs a finite cpu_latency >= 0 on every link")
-            if np.any(~(cpu_bw[off] > 0)):
+            if np.any(~(cpu_bw[off & fitted] > 0)):
                 raise ClusterError("transfer_cpu needs a cpu_bandwidth > 0 on every link")
             np.fill_diagonal(cpu_lat, 0.0)
             np.fill_diagonal(cpu_bw, np.inf)
@@ -378,7 +383,7 @@ class Cluster:
         cpu = 2.0 * (cpu_lat[src, dst] + nbytes / cpu_bw[src, dst])
         with np.errstate(divide="ignore", invalid="ignore"):
             frac = np.where(t > 0, np.minimum(1.0, cpu / np.where(t > 0, t, 1.0)), 1.0)
-        return c * frac
+        return c * np.where(np.isnan(frac), 1.0, frac)  # NaN: not measured, T / 2 each
 
     def sharing_summary(self) -> list:
         """One line per shared group and resource, for reports (empty without)."""
@@ -463,13 +468,17 @@ class Cluster:
         return cluster
 
     @classmethod
-    def from_links(cls, devices: Sequence[Device], link, transfer_compute=None) -> "Cluster":
+    def from_links(cls, devices: Sequence[Device], link, transfer_compute=None,
+                   transfer_cpu=None) -> "Cluster":
         """Devices whose link from ``a`` to ``b`` is ``link(a.name, b.name) -> (latency, bandwidth)``.
 
         How a cost model turns its per-pair link figures into a cluster.
         ``transfer_compute`` defaults to 1 between two devices of type
         ``"CPU"`` (they serialise, copy and parse tensors on the cores they
         compute on) and 0 otherwise (GPUs' copy engines move the data).
+        ``transfer_cpu(a.name, b.name)``, if given, returns the pair's
+        ``(cpu_latency, cpu_bandwidth)`` or None (the cluster's
+        ``transfer_cpu``; pairs without it spend ``T / 2`` at each end).
         """
         if transfer_compute is None:
             is_cpu = np.array([d.type.upper() == "CPU" for d in devices])
@@ -481,7 +490,17 @@ class Cluster:
             for j in range(m):
                 if i != j:
                     lat[i, j], bw[i, j] = link(devices[i].name, devices[j].name)
-        return cls(devices, bandwidth=bw, latency=lat, transfer_compute=transfer_compute)
+        cpu = None
+        if transfer_cpu is not None:
+            cpu_lat, cpu_bw = np.full((m, m), np.nan), np.full((m, m), np.nan)
+            for i in range(m):
+                for j in range(m):
+                    fit = transfer_cpu(devices[i].name, devices[j].name) if i != j else None
+                    if fit is not None:
+                        cpu_lat[i, j], cpu_bw[i, j] = fit
+            cpu = (cpu_lat, cpu_bw) if np.isfinite(cpu_lat).any() else None
+        return cls(devices, bandwidth=bw, latency=lat, transfer_compute=transfer_compute,
+                   transfer_cpu=cpu)
 
     # -- queries -------------------------------------------------------------------
     @property

@@ -77,3 +77,28 @@ def test_fit_transfer_cpu_recovers_a_line_and_names_what_is_missing():
         fit_transfer_cpu(pd.DataFrame([r for r in rows if r["count"] == 1]))
     with pytest.raises(FddpsError, match="counts="):
         fit_transfer_cpu(pd.DataFrame(rows).drop(columns="count"))
+
+
+def test_a_profiled_cost_model_keeps_the_transfer_cpu_of_its_measured_links():
+    """fit_cost_model(transfer_cpu=...) keeps each measured pair's CPU cost; its clusters
+    (and make_cluster's) charge it, pairs without it T / 2, and it survives save/load."""
+    import costmodel
+    from fddps.tf import make_cluster
+
+    w0, w1, w2 = (f"/job:worker/replica:0/task:{k}/device:CPU:0" for k in range(3))
+    sizes = np.logspace(2, 7, 6)
+    transfers = pd.DataFrame({"src": w0, "dst": w1, "bytes": sizes, "seconds": 1e-3 + sizes / 1e9})
+    cpu = pd.DataFrame([dict(src=w0, dst=w1, cpu_latency=1e-4, cpu_bandwidth=2e9),
+                        dict(src=w1, dst=w0, cpu_latency=1e-4, cpu_bandwidth=np.inf)])
+    cm = costmodel.fit_cost_model(transfers=transfers, transfer_cpu=cpu)
+    assert cm.transfer_cpu(w0, w1) == cm.transfer_cpu(w1, w0) == (1e-4, 2e9)  # either direction
+    assert cm.transfer_cpu(w0, w2) is None and costmodel.default_cost_model().transfer_cpu(w0, w1) is None
+    for c in (cm.cluster([w0, w1, w2]), make_cluster([w0, w1, w2], cm)):
+        assert c.transfer_share(0, 1, 0.0) == pytest.approx(2 * 1e-4 / c.latency[0, 1])
+        assert c.transfer_share(0, 2, 0.0) == 1.0  # not measured: T / 2 per end
+    again = costmodel.CostModel.from_dict(cm.to_dict())
+    assert again.transfer_cpu(w0, w1) == (1e-4, 2e9)
+    with pytest.raises(costmodel.CostModelError, match="was not measured"):
+        costmodel.fit_cost_model(transfer_cpu=cpu.assign(dst=w2))
+    with pytest.raises(costmodel.CostModelError, match="go together"):
+        costmodel.LinkPreset("x", 1e-3, 1e9, cpu_latency=1e-4)

@@ -355,7 +355,9 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
         device types set from the names).
     cost_model : object
         Gives ``link(src, dst) -> (latency_s, bandwidth_Bps)`` and
-        ``device_memory(device_type) -> bytes``.
+        ``device_memory(device_type) -> bytes``; and, if it has one,
+        ``transfer_cpu(src, dst) -> (cpu_latency, cpu_bandwidth) or None``
+        (:meth:`costmodel.CostModel.transfer_cpu`).
     memory : float or mapping, optional
         Capacity in bytes for every device, or by device string or device type.
     session_config : tf.compat.v1.ConfigProto, optional
@@ -425,7 +427,8 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
         links = [LinkResource(r.name, r.bandwidth, frozenset((rename[a], rename[b]) for a, b in r.pairs),
                               r.source) for r in given.link_resources]
         return given.replace(devices=out, shared_cores=groups, link_resources=links)
-    cluster = Cluster.from_links(out, cost_model.link)
+    cluster = Cluster.from_links(out, cost_model.link,
+                                 transfer_cpu=getattr(cost_model, "transfer_cpu", None))
     groups = local_cpu_sharing(out, session_config) if share_cores else []
     if cluster_spec is not None:
         groups = groups + task_sharing(out, cluster_spec, threads_per_task)
