@@ -200,11 +200,10 @@ def test_real_cluster_smoke(tmp_path, capsys):
     dp = df.iloc[2]
     assert dp.devices_ran == 2 and dp.ops_split > 0 and dp.transfers > 0
     assert (df.measured > 0).all() and (df.predicted > 0).all()
-    # The profiled model keeps the CPU cost fitted on concurrent transfers: each costs
-    # the tasks at most its T / 2 per end, so the prediction is at most pred_halfT.
+    # Fitted on concurrent transfers, each costs the tasks at most its T / 2 per end.
     assert df.cpu_transfer_latency.iloc[0] >= 0 and df.cpu_transfer_bandwidth.iloc[0] > 0
-    assert (df.predicted_half_T > 0).all()
-    assert (df.predicted <= df.predicted_half_T * (1 + 1e-9)).all()
+    assert (df.predicted_transfer_cpu > 0).all()
+    assert (df.predicted_transfer_cpu <= df.predicted * (1 + 1e-9)).all()
     assert np.isfinite(df.loss).all()
     single, placed = df.iloc[0], df.iloc[1]
     assert min(single.ops_worker0, single.ops_worker1) == 0          # one worker alone
