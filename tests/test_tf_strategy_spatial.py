@@ -99,6 +99,21 @@ def _run(gd, fetches):
             return sess.run(fetches)
 
 
+def _split_each(gd, op_type, dims, splits, want, label):
+    """Op ``X`` of ``gd`` split as each of ``splits`` that fits its extents, its parts on
+    CPUs: checked against ``want`` (the whole op's output); yields (split, its parts)."""
+    for split in splits:
+        if any(dims.extent[d] < f for d, f in split.items()):
+            continue
+        n = int(np.prod(list(split.values())))
+        out = rewrite_strategy(gd, Strategy({"X": OpConfig(split, CPUS[:n])}, CPUS[0]), ["X"], CPUS)
+        parts = [n for n in out.node if n.name.startswith("X/fddps_part_") and n.op == op_type]
+        assert {p.device for p in parts} <= set(CPUS[:n]) and len(parts) >= n - 1
+        np.testing.assert_allclose(_run(out, "X:0"), want, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"{label} split {split}")
+        yield split, parts
+
+
 CASES = [(t, s, p, 3) for t in WINDOW_OPS for s in (1, 2) for p in ("SAME", "VALID")]
 # A window narrower than its stride (ResNet's 1x1 stride-2 shortcut): rows no window reads.
 CASES += [(t, 2, "VALID", 1) for t in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")]
@@ -121,18 +136,12 @@ def test_window_op_split_by_height_and_width_computes_the_whole_op(op_type, stri
     dims = resolve(step_graph(gd, ["X"]).ops["X"])
     assert set(dims.halo) == {"h", "w"}
     want = _run(gd, "X:0")
+    splits = ({"h": 2}, {"h": 3}, {"w": 2}, {"w": 3}, {"h": 2, "w": 2}, {"n": 2})
     tried = 0
-    for split in ({"h": 2}, {"h": 3}, {"w": 2}, {"w": 3}, {"h": 2, "w": 2}, {"n": 2}):
-        if any(dims.extent[d] < f for d, f in split.items()):
-            continue
-        n = int(np.prod(list(split.values())))
-        out = rewrite_strategy(gd, Strategy({"X": OpConfig(split, CPUS[:n])}, CPUS[0]), ["X"], CPUS)
-        parts = [n for n in out.node if n.name.startswith("X/fddps_part_") and n.op == op_type]
-        assert {p.device for p in parts} <= set(CPUS[:n]) and len(parts) >= n - 1
+    for split, parts in _split_each(gd, op_type, dims, splits, want,
+                                    f"{op_type} stride {stride} {padding}"):
         if "n" not in split:  # a spatial split runs its parts on the haloed slices, VALID
             assert all(p.attr["padding"].s == b"VALID" for p in parts)
-        np.testing.assert_allclose(_run(out, "X:0"), want, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"{op_type} stride {stride} {padding} split {split}")
         tried += 1
     assert tried >= 3
     assert g.as_graph_def() == gd  # the user's graph is untouched
@@ -173,20 +182,13 @@ def test_dilated_and_nchw_window_op_split_along_each_dimension_computes_the_whol
         pytest.skip(f"TensorFlow cannot run the whole op on this CPU: {e.message[:200]}")
     splits = [{d: min(3, dims.extent[d])} for d in dims.dims if dims.extent[d] > 1]
     splits += [{"h": 2}, {"w": 2}, {"h": 2, "w": 2}]
-    for split in splits:
-        if any(dims.extent[d] < f for d, f in split.items()):
-            continue
-        n = int(np.prod(list(split.values())))
-        out = rewrite_strategy(gd, Strategy({"X": OpConfig(split, CPUS[:n])}, CPUS[0]), ["X"], CPUS)
-        parts = [n for n in out.node if n.name.startswith("X/fddps_part_") and n.op == op_type]
-        assert {p.device for p in parts} <= set(CPUS[:n]) and len(parts) >= n - 1
+    for split, parts in _split_each(gd, op_type, dims, splits, want,
+                                    f"{op_type} {fmt} stride {stride} {padding} "
+                                    f"dilation {dilation}"):
         assert all(p.attr["data_format"].s == fmt.encode() for p in parts)
         if set(split) & {"h", "w"}:  # parts run on the haloed slices, VALID, still dilated
             assert all(p.attr["padding"].s == b"VALID" for p in parts)
             assert all(max(p.attr["dilations"].list.i or [1]) == dilation for p in parts)
-        np.testing.assert_allclose(_run(out, "X:0"), want, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"{op_type} {fmt} stride {stride} {padding} dilation "
-                                           f"{dilation} split {split}")
 
 
 @pytest.mark.parametrize("op_type", ["DepthwiseConv2dNativeBackpropInput",
