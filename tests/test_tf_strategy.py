@@ -297,6 +297,10 @@ def test_place_accepts_a_strategy_and_data_parallel_is_one():
     assert p.makespan > 0 and (p.peak_memory > 0).sum() == 4
     assert p.info["ops_split"] > 0
     assert "predicted step time" in p.summary() and "Placement(" in repr(p)
+    # summary()'s one-device step is the original step's, not the rewrite's parts on one device.
+    one = fddps.place(g, CPUS, cost_model=default_cost_model(), fetches=fetches, algorithm="single")
+    assert p.info["single_device_step"] == pytest.approx(one.makespan)
+    assert f"best single device {one.makespan * 1e3:.4g} ms" in p.summary()
     results = []
     for gd in (g.as_graph_def(), p.graph_def):
         with tf.Graph().as_default() as graph:

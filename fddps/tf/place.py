@@ -762,11 +762,16 @@ class Placement:
         counts = np.bincount(s.device, minlength=c.num_devices)
         single = et.sum(axis=0)
         best_single = float(np.min(single[np.isfinite(single)])) if np.isfinite(single).any() else np.inf
+        # A written strategy's graph has parts and slices: one device runs the original step.
+        best_single = info.get("single_device_step", best_single)
         cross = s.device[g.src] != s.device[g.dst]
         mem = self.peak_memory.to_numpy()
+        written = ("expansion_makespan" in info
+                   and f" (the rewrite's {g.num_ops} nodes of the step; the task graph the "
+                       f"searches score: {info['expansion_makespan'] * scale:.4g} {unit})")
         lines = [
             f"fddps placement ({info.get('algorithm', s.algorithm)}): {info['ops']} of "
-            f"{info['nodes']} nodes scheduled on {c.num_devices} devices",
+            f"{info['nodes']} nodes scheduled on {c.num_devices} devices" + (written or ""),
             f"predicted step time {s.makespan * scale:.4g} {unit}"
             + (f"; best single device {best_single * scale:.4g} {unit} "
                f"(speedup {best_single / s.makespan:.2f}x)"

@@ -711,6 +711,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     from ..schedule import Schedule
     from ..simulate import executor_order
     from ..strategy.expand import expand
+    from ..strategy.strategy import Strategy
     from .devices import make_cluster
     from .place import Placement
 
@@ -722,6 +723,9 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     g = expansion.graph
     device = np.array([cluster.index[expansion.placement[n]] for n in g.names], dtype=np.int64)
     expanded = Schedule.from_order(g, cluster, device, executor_order(g, cluster, device))
+    # The original step on one device (whole ops have one task each), for summary().
+    whole = expand(step, Strategy({}, cluster.names[0]), cluster, cost_model).graph
+    per_device = whole.exec_times(cluster).sum(axis=0)
     out, shards = rewrite_strategy(analysis, strategy,
                                    fetches or [n.name for n in analysis.graph_def.node],
                                    list(cluster.names), return_shards=True)
@@ -731,6 +735,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
             "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
             "executor_makespan": schedule.makespan, "algorithm": "strategy",
             "expansion_makespan": expanded.makespan, "sharded_variables": shards,
+            "single_device_step": float(np.min(per_device[np.isfinite(per_device)])),
             "place_seconds": time.perf_counter() - t0}
     return Placement(out, schedule, cluster, analysis.table, info)
 
