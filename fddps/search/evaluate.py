@@ -49,7 +49,7 @@ import pandas as pd
 
 from ..graph import OpGraph
 from ..simulate import simulate
-from ..strategy.expand import expand, op_layout, op_records, task_aliases
+from ..strategy.expand import distinct_pieces, expand, op_layout, op_records, task_aliases
 from ..strategy.ops import NotDescribed, resolve
 
 #: Records of :func:`~fddps.strategy.expand.op_records` that carry a cost-model row.
@@ -266,12 +266,14 @@ class StrategyEvaluator:
 
     def _assemble(self, fragments):
         names, device, costs, mem, trans, types, edges, reduces = [], {}, [], [], [], [], [], {}
-        gathers, extra = set(), []
+        gathers, extra, pieces = set(), [], []
         for name in self.step.ops:
             for r in fragments[name]:
                 kind = r[0]
                 if kind == "E":
-                    edges.append(r[1:])
+                    if len(r) > 4:
+                        pieces.append((len(edges), r[4]))
+                    edges.append(r[1:4])
                 elif kind == "G":
                     gathers.add(r[1])
                 elif kind == "C":  # a slice or concatenation its reader pays for
@@ -291,6 +293,7 @@ class StrategyEvaluator:
                         edges.extend((src, rname, b) for src, _, b in overlapping)
                         reduces[key] = rname
                     edges.append((reduces[key], consumer, 0.0))
+        edges = distinct_pieces(edges, pieces, device)
         costs = np.array(costs).reshape(len(names), len(self.types))
         if extra:
             position = {n: i for i, n in enumerate(names)}

@@ -154,6 +154,49 @@ def part_of_task(task: str) -> str:
     return re.sub(r"(/stats)?(/pass_\d+)?$", "", task)
 
 
+def distinct_pieces(edges, pieces, device) -> list:
+    """``edges`` with each producer's distinct pieces to one device charged together.
+
+    The rewrite sends each distinct piece (box) of a producer task's output that
+    a device reads as a tensor of its own (sliced on the producer's device), and
+    the simulator sends one tensor per producer and device, sized by its largest
+    edge. So when a device reads several distinct pieces of one producer (a
+    filter's halves, by a convolution's part and by its input gradient's), every
+    edge of that group carries the sum of the pieces' bytes.
+
+    Parameters
+    ----------
+    edges : list of (src, dst, bytes)
+    pieces : list of (edge index, box)
+        The edges that carry a piece, and which.
+    device : mapping of task -> device
+
+    Returns
+    -------
+    list of (src, dst, bytes)
+
+    Examples
+    --------
+    >>> e = [("w", "a", 4.0), ("w", "b", 4.0), ("w", "c", 4.0)]
+    >>> distinct_pieces(e, [(0, "left"), (1, "right"), (2, "left")], {"a": 1, "b": 1, "c": 2})
+    [('w', 'a', 8.0), ('w', 'b', 8.0), ('w', 'c', 4.0)]
+    """
+    groups = {}
+    for i, box in pieces:
+        src, dst, nbytes = edges[i]
+        if nbytes > 0:
+            group = groups.setdefault((src, device[dst]), ({}, []))
+            group[0].setdefault(box, nbytes)
+            group[1].append(i)
+    out = list(edges)
+    for sizes, members in groups.values():
+        if len(sizes) > 1:
+            total = float(sum(sizes.values()))
+            for i in members:
+                out[i] = (out[i][0], out[i][1], total)
+    return out
+
+
 def shared_task(task: str) -> bool:
     """Whether a task is a reduce of partial sums (an ``R`` record's, :func:`op_records`)."""
     return "/fddps_reduce_" in task
@@ -209,7 +252,8 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
     -------
     list of records:
         ``("T", task, device, row)``: a task and its cost-model row;
-        ``("E", src_task, dst_task, bytes)``: an edge;
+        ``("E", src_task, dst_task, bytes[, box])``: an edge (``box``: the piece of
+        ``src_task``'s output it carries; :func:`distinct_pieces`);
         ``("R", key, consumer, [(task, device, bytes)], row)``: ``consumer`` reads
         partial sums through a reduce task on device ``key[3]``, one per
         distinct ``key`` (the first record of a key creates it, fed by the
@@ -246,7 +290,8 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
                 inter = _intersect(pbox, box)
                 if inter is not None:
                     local = pdev == dev and not apart
-                    recs.append(("E", t, consumer, 0.0 if local else _box_bytes(inter, itemsize)))
+                    recs.append(("E", t, consumer, 0.0 if local else _box_bytes(inter, itemsize),
+                                 inter))
                     pieces.append((pbox, inter))
             # The rewrite slices a piece out of a part (unless the slice is a view) and
             # concatenates several: the reader pays for them (they run on the piece's
@@ -364,7 +409,7 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
         If the strategy does not validate (:func:`fddps.strategy.strategy.validate`).
     """
     validate(strategy, step, cluster.names)
-    rows, names, device, edges, extra = [], [], {}, [], []
+    rows, names, device, edges, extra, pieces = [], [], {}, [], [], []
     tasks, layouts, reduces, gathers = {}, {}, {}, set()
 
     def add_task(name, dev, row):
@@ -386,7 +431,9 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
             if kind == "T":
                 add_task(rec[1], rec[2], rec[3])
             elif kind == "E":
-                edges.append(rec[1:])
+                if len(rec) > 4:
+                    pieces.append((len(edges), rec[4]))
+                edges.append(rec[1:4])
             elif kind == "G":
                 gathers.add(rec[1])
             elif kind == "C":
@@ -398,6 +445,7 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
                     add_task(reduces[key], key[3], row)
                     edges.extend((t, reduces[key], nbytes) for t, _, nbytes in overlapping)
                 edges.append((reduces[key], consumer, 0.0))
+    edges = distinct_pieces(edges, pieces, device)
     table = pd.DataFrame(rows)
     types = list(dict.fromkeys(d.type for d in cluster.devices))
     # Tasks and the slices and concatenations they pay for, costed in one call (one
