@@ -438,6 +438,7 @@ def test_network_step_under_channel_split_matches_unsplit(name):
 
 
 @pytest.mark.slow
+@pytest.mark.reads_cpu("avx512-3.5GHz")
 def test_the_task_graph_costs_what_the_rewrite_writes():
     """The task graph the searches score costs what the rewritten GraphDef runs:
     the parts, synchronised batch norm's passes, and the slices and

@@ -760,18 +760,20 @@ class Placement:
         dur = et[np.arange(g.num_ops), s.device]
         busy = np.bincount(s.device, weights=dur, minlength=c.num_devices)
         counts = np.bincount(s.device, minlength=c.num_devices)
-        single = et.sum(axis=0)
-        best_single = float(np.min(single[np.isfinite(single)])) if np.isfinite(single).any() else np.inf
         # A written strategy's graph has parts and slices: one device runs the original step.
-        best_single = info.get("single_device_step", best_single)
+        best_single = info.get("single_device_step")
+        if best_single is None:
+            single = et.sum(axis=0)
+            best_single = (float(np.min(single[np.isfinite(single)])) if np.isfinite(single).any()
+                           else np.inf)
         cross = s.device[g.src] != s.device[g.dst]
         mem = self.peak_memory.to_numpy()
-        written = ("expansion_makespan" in info
-                   and f" (the rewrite's {g.num_ops} nodes of the step; the task graph the "
-                       f"searches score: {info['expansion_makespan'] * scale:.4g} {unit})")
+        written = (f" (the rewrite's {g.num_ops} nodes of the step; the task graph the searches "
+                   f"score: {info['expansion_makespan'] * scale:.4g} {unit})"
+                   if "expansion_makespan" in info else "")
         lines = [
             f"fddps placement ({info.get('algorithm', s.algorithm)}): {info['ops']} of "
-            f"{info['nodes']} nodes scheduled on {c.num_devices} devices" + (written or ""),
+            f"{info['nodes']} nodes scheduled on {c.num_devices} devices{written}",
             f"predicted step time {s.makespan * scale:.4g} {unit}"
             + (f"; best single device {best_single * scale:.4g} {unit} "
                f"(speedup {best_single / s.makespan:.2f}x)"

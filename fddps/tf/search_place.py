@@ -66,10 +66,11 @@ def _retime_written(result, placement, write, runners_up: int = 2):
     baselines and the ``runners_up`` next fastest candidates, each predicted on its
     rewritten GraphDef (:func:`~fddps.tf.strategy_rewrite.place_strategy`).
 
-    The searches score a strategy's task graph, which leaves out the slices,
-    concatenations the rewrite adds between parts (20-38% of the step of
-    ResNet-50's split strategies on two CPU workers); a split
-    strategy that wins by less can be slower than a baseline as written.
+    The searches score a strategy's task graph, which approximates what the
+    rewrite adds between parts (a slice is paid on its reader's device, the
+    tasks run in another order than the GraphDef's nodes); a split strategy
+    that wins by less than that approximation can be slower than a baseline
+    as written.
     ``result.info`` gains ``written_steps`` (seconds, by candidate) and
     ``written_winner``. Returns the placement and the name of its candidate.
     """

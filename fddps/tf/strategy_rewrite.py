@@ -43,6 +43,7 @@ they are. The user's GraphDef is never modified.
 
 from __future__ import annotations
 
+import warnings
 
 import numpy as np
 
@@ -694,11 +695,11 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     rewrite put it and run by a first-in-first-out executor on each device:
     what TensorFlow runs, including the slices, concatenations, statistics and
     sums the rewrite adds between parts. The strategy's task graph
-    (:func:`fddps.strategy.expand`, what the searches score) leaves those out;
-    its step is ``info["expansion_makespan"]``. On ResNet-50's step (CIFAR
-    size, batch 32, 2 CPU workers, one-core preset) the written step of data
-    parallelism, the mixed and the channel split is predicted 20%, 38% and
-    26% longer.
+    (:func:`fddps.strategy.expand`, what the searches score) approximates
+    those (a slice is paid on its reader's device, a part's tasks run in
+    another order); its step is ``info["expansion_makespan"]``, and
+    ``info["single_device_step"]`` is the original step on the best single
+    device.
 
     Raises
     ------
@@ -708,10 +709,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     """
     import time
 
-    from ..schedule import Schedule
-    from ..simulate import executor_order
     from ..strategy.expand import expand
-    from ..strategy.strategy import Strategy
     from .devices import make_cluster
     from .place import Placement
 
@@ -721,11 +719,14 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     step = step_graph(analysis, fetches)
     expansion = expand(step, strategy, cluster, cost_model)
     g = expansion.graph
-    device = np.array([cluster.index[expansion.placement[n]] for n in g.names], dtype=np.int64)
-    expanded = Schedule.from_order(g, cluster, device, executor_order(g, cluster, device))
-    # The original step on one device (whole ops have one task each), for summary().
-    whole = expand(step, Strategy({}, cluster.names[0]), cluster, cost_model).graph
-    per_device = whole.exec_times(cluster).sum(axis=0)
+    # The original step on one device, for summary(): its ops' costs, summed.
+    rows = analysis.table[analysis.table["name"].isin(step.ops)]
+    with warnings.catch_warnings():  # the expansion named the op types that fall back
+        from costmodel import ProfileCoverageWarning
+
+        warnings.simplefilter("ignore", ProfileCoverageWarning)
+        per_type = {t: float(np.sum(cost_model.op_times(rows, t)))
+                    for t in {d.type for d in cluster.devices}}
     out, shards = rewrite_strategy(analysis, strategy,
                                    fetches or [n.name for n in analysis.graph_def.node],
                                    list(cluster.names), return_shards=True)
@@ -734,8 +735,9 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
             "ops": len(step), "nodes": len(analysis.graph_def.node),
             "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
             "executor_makespan": schedule.makespan, "algorithm": "strategy",
-            "expansion_makespan": expanded.makespan, "sharded_variables": shards,
-            "single_device_step": float(np.min(per_device[np.isfinite(per_device)])),
+            "expansion_makespan": expansion.simulate(cluster).makespan,
+            "sharded_variables": shards,
+            "single_device_step": min(per_type[d.type] / d.speed for d in cluster.devices),
             "place_seconds": time.perf_counter() - t0}
     return Placement(out, schedule, cluster, analysis.table, info)
 
