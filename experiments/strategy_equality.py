@@ -65,6 +65,21 @@ show whether the reference itself is reproducible in this process; it is
 reported, not used (0 in five networks; NASNet-A Large's depthwise weights'
 momentum slots differ by up to 1.2e-2 between two identical runs).
 
+**Float64: the decisive check.** Where the float32 spread is of order 1, the
+cell is run once more with both graphs converted to float64
+(:func:`fddps.tf.float64.as_float64`: the unsplit graph, and the strategy's
+rewrite of the float32 graph, widened the same way). A correct rewrite
+reorders sums only, so in float64 its rounding is ~1e-16 per operation
+instead of 6e-8, a ReLU input within rounding of zero becomes nine orders of
+magnitude less likely, and the step is smooth again: the two must agree to
+many digits. A wrong rewrite (a missing halo row, a statistic over the wrong
+rows, a float32-rounded constant) differs by far more. The float64 rounding
+spread is measured as above, with the input moved one float64 ulp
+(``F64_DRAWS`` draws). ``verdict_f64`` is **equal in float64** when every
+quantity is within ``F64_RTOL`` (1e-8, relative as above) or within
+``ROUNDING_FACTOR`` times its float64 spread; ``f64_worst_rel`` and
+``f64_ratio`` say by how much.
+
 **Kernel probe** (``--kernel-probe``, a diagnostic for cells the above calls
 DIFFERS): the unsplit step once more in a fresh process with
 ``TF_ENABLE_ONEDNN_OPTS=0`` (``spread:onednn_off``), i.e. the same graph on
@@ -114,13 +129,18 @@ FLOOR = 0.1
 ROUNDING_FACTOR = 4.0
 #: Independent one-ulp input perturbations; a quantity's spread is the largest.
 ROUNDING_DRAWS = 3
+#: The float64 check: tolerance, and one-float64-ulp input draws for its spread.
+F64_RTOL = 1e-8
+F64_DRAWS = 2
 LOSSES = ("loss (step)", "loss (next)")
 COLUMNS = ["model", "batch", "image_size", "cluster", "strategy", "devices", "status",
            "ops", "ops_split", "loss_step_rel", "loss_next_rel", "loss_rel", "loss_abs",
            "var_rel", "var_abs", "worst_var", "trainable_rel", "worst_rel", "worst_quantity",
            "spread_rel", "spread_worst_rel", "spread_worst_quantity", "rounding_ratio",
            "ratio_quantity", "ratio_ulp", "pass_1e5", "verdict",
-           "ratio_kernels", "verdict_kernels", "rewrite_s", "run_s", "seconds"]
+           "ratio_kernels", "verdict_kernels", "f64_loss_rel", "f64_worst_rel",
+           "f64_worst_quantity", "f64_spread_rel", "f64_ratio", "verdict_f64", "rewrite_s",
+           "run_s", "seconds"]
 
 
 def _tf():
@@ -158,6 +178,10 @@ def run_step(graph_def, model, variables, target="", config=None, images=None):
     """
     tf = _tf()
     feed = {} if images is None else {model.images.name: images}
+    if target:
+        # The workers keep resource variables between sessions: a float32 run's
+        # variables would clash with the float64 run's of the same names.
+        tf.compat.v1.Session.reset(target)
     with tf.Graph().as_default() as graph:
         tf.graph_util.import_graph_def(graph_def, name="")
         reads = [tf.raw_ops.ReadVariableOp(resource=graph.get_tensor_by_name(f"{name}:0"),
@@ -173,21 +197,23 @@ def run_step(graph_def, model, variables, target="", config=None, images=None):
     return out
 
 
-def unsplit_images(model, config=None):
-    """The model's image batch, as the step sees it."""
+def unsplit_images(model, config=None, graph_def=None):
+    """The model's image batch, as the step (``graph_def``, default the model's) sees it."""
     tf = _tf()
     with tf.Graph().as_default() as graph:
-        tf.graph_util.import_graph_def(model.graph_def, name="")
+        tf.graph_util.import_graph_def(model.graph_def if graph_def is None else graph_def,
+                                       name="")
         with tf.compat.v1.Session(graph=graph, config=config or cpu4_config()) as sess:
             return sess.run(model.images.name)
 
 
-def ulp_perturbed(x, seed=0):
-    """``x`` with every element moved one float32 ulp up or down (at random, fixed seed)."""
-    x = np.asarray(x, dtype=np.float32)
+def ulp_perturbed(x, seed=0, dtype=np.float32):
+    """``x`` with every element moved one ulp of ``dtype`` up or down (at random, fixed
+    seed)."""
+    x = np.asarray(x, dtype=dtype)
     up = np.random.default_rng(seed).random(x.shape) < 0.5
-    return np.where(up, np.nextafter(x, np.float32(np.inf)),
-                    np.nextafter(x, np.float32(-np.inf))).astype(np.float32)
+    return np.where(up, np.nextafter(x, dtype(np.inf)),
+                    np.nextafter(x, dtype(-np.inf))).astype(dtype)
 
 
 def differences(got, ref):
@@ -253,6 +279,22 @@ def summarize(diff, spread=None, trainable=(), spread_ulp=None):
     return row
 
 
+def summarize_float64(diff, spread):
+    """A cell's float64 columns from its :func:`differences` in float64 and the
+    float64 rounding spread: ``verdict_f64`` is ``"equal in float64"`` when every
+    quantity is within :data:`F64_RTOL` or :data:`ROUNDING_FACTOR` times its spread."""
+    worst = max(diff, key=lambda q: diff[q][0])
+    ratio, where = 0.0, ""
+    for q, (rel, _) in diff.items():
+        if rel > F64_RTOL:
+            r = rel / spread[q][0] if spread[q][0] > 0 else np.inf
+            if r > ratio:
+                ratio, where = r, q
+    return dict(f64_loss_rel=max(diff[q][0] for q in LOSSES), f64_worst_rel=diff[worst][0],
+                f64_worst_quantity=worst, f64_spread_rel=spread[worst][0], f64_ratio=ratio,
+                verdict_f64="equal in float64" if ratio <= ROUNDING_FACTOR else "DIFFERS")
+
+
 def _strategy(name, step, devices):
     from fddps.strategy import data_parallel, mixed, parameter_split
     return {"data_parallel": data_parallel, "parameter_split": parameter_split,
@@ -294,6 +336,7 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
                 cluster=None, rows=None, out=None, log=print, kernel_probe=False):
     """All cells of one network; appends rows to ``rows`` (written to ``out`` after each)."""
     import slim_models
+    from fddps.tf.float64 import as_float64
     from fddps.tf.strategy_graph import step_graph
     from fddps.tf.strategy_rewrite import rewrite_strategy
 
@@ -341,6 +384,19 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
         rows[-1]["verdict"] = ""
         log(f"  spread:onednn_off: worst rel {rows[-1]['worst_rel']:.2e} "
             f"({rows[-1]['worst_quantity']}), loss (next) {rows[-1]['loss_next_rel']:.2e}")
+    t = time.perf_counter()
+    gd64 = as_float64(gd)
+    variables64 = variable_names(gd64)
+    ref64 = run_step(gd64, model, variables64)
+    images64 = unsplit_images(model, graph_def=gd64)
+    spread64 = {}
+    for k in range(F64_DRAWS):
+        diff = differences(run_step(gd64, model, variables64,
+                                    images=ulp_perturbed(images64, k, np.float64)), ref64)
+        spread64 = {q: max(diff[q], spread64.get(q, (0.0, 0.0))) for q in diff}
+    worst = max(spread64, key=lambda q: spread64[q][0])
+    log(f"  float64: unsplit step and {F64_DRAWS} one-ulp input draws "
+        f"{time.perf_counter() - t:.0f} s; spread worst rel {spread64[worst][0]:.2e} ({worst})")
     _write(rows, out)
     for where in clusters:
         if where == "cpu4":
@@ -361,6 +417,9 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
                 got = run_step(new, model, variables, target=target, config=config)
                 t_run = time.perf_counter()
                 diff = differences(got, ref)
+                row.update(summarize_float64(differences(
+                    run_step(as_float64(new), model, variables64, target=target, config=config),
+                    ref64), spread64))
                 if kernel_probe:
                     k = summarize(diff, spread_all)
                     row.update(ratio_kernels=k["rounding_ratio"], verdict_kernels=k["verdict"])
@@ -378,6 +437,8 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
                 log(f"  {where} {sname}: {row['verdict']}; worst rel {row['worst_rel']:.2e} "
                     f"({row['worst_quantity']}), spread there {row['spread_rel']:.2e}, "
                     f"ratio {row['rounding_ratio']:.2g} (input ulp alone {row['ratio_ulp']:.2g}); "
+                    f"float64: {row['verdict_f64']}, worst rel {row['f64_worst_rel']:.2e} "
+                    f"({row['f64_worst_quantity']}), x{row['f64_ratio']:.2g} its spread; "
                     f"{row['ops']} ops, "
                     f"{row['seconds']:.0f} s")
             else:
@@ -389,14 +450,15 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
 def markdown(df) -> str:
     """Network x strategy x cluster: worst rel. difference, rounding spread, verdict, seconds."""
     lines = ["| network | strategy | cluster | loss rel. diff (step, next) | worst rel. diff "
-             "(where) | rounding spread there | ratio | verdict | s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(where) | rounding spread there | ratio | verdict | float64: worst rel. diff, "
+             "verdict | s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
         if r.strategy.startswith("spread:"):
             continue
         if r.status != "ok":
             lines.append(f"| {r.model} | {r.strategy} | {r.cluster} | {r.status} | | | | ERROR "
-                         f"| {r.seconds:.0f} |")
+                         f"| | {r.seconds:.0f} |")
             continue
         lines.append(f"| {r.model} | {r.strategy} | {r.cluster} | {r.loss_step_rel:.1e}, "
                      f"{r.loss_next_rel:.1e} | {r.worst_rel:.1e} ({r.worst_quantity}) "
@@ -404,7 +466,7 @@ def markdown(df) -> str:
                      + (f"; with oneDNN off as a probe: {r.verdict_kernels} "
                         f"(x{r.ratio_kernels:.2g})"
                         if isinstance(getattr(r, "verdict_kernels", None), str) else "")
-                     + f" | {r.seconds:.0f} |")
+                     + f" | {r.f64_worst_rel:.1e}, {r.verdict_f64} | {r.seconds:.0f} |")
     return "\n".join(lines)
 
 
@@ -454,7 +516,9 @@ def main(argv=None):
           f"worst rel. = max |a - b| / (|b| + 0.1) over both losses and every variable; "
           f"rounding spread = the unsplit step with its input moved one float32 ulp "
           f"({ROUNDING_DRAWS} draws) or 2 intra-op threads, per quantity the largest; "
-          f"float32 rounding: within {ROUNDING_FACTOR:g}x the spread. "
+          f"float32 rounding: within {ROUNDING_FACTOR:g}x the spread; float64: both graphs "
+          f"widened, within {F64_RTOL:g} or {ROUNDING_FACTOR:g}x the float64 spread "
+          f"({F64_DRAWS} one-ulp input draws). "
           f"{time.perf_counter() - t0:.0f} s in all.\n")
     print(markdown(df))
     return df

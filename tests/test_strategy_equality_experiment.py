@@ -47,6 +47,10 @@ def test_ulp_perturbation_moves_every_value_by_one_ulp():
     assert (np.abs(y - x) == np.spacing(np.abs(np.minimum(np.abs(x), np.abs(y))))).all()
     assert (y > x).any() and (y < x).any()
     np.testing.assert_array_equal(se.ulp_perturbed(x), y)
+    x64 = x.astype(np.float64)
+    y64 = se.ulp_perturbed(x64, dtype=np.float64)
+    assert y64.dtype == np.float64 and (np.abs(y64 - x64) <= np.spacing(np.abs(x64))).all()
+    assert (y64 != x64).all()
 
 
 @pytest.mark.slow
@@ -84,4 +88,19 @@ def test_experiment_passes_data_parallel_vgg16_and_flags_a_wrong_learning_rate(t
     assert row["verdict"] == "DIFFERS" and not row["pass_1e5"]
     assert row["loss_step_rel"] <= 1e-5 < 1e-4 < row["loss_next_rel"]
     assert row["trainable_rel"] > 1e-5 and row["worst_var"]
+
+    # In float64 the data-parallel rewrite agrees to ~1e-16 and the wrong graph does not.
+    assert cell["verdict_f64"] == "equal in float64" and cell["f64_worst_rel"] < 1e-12
+    from fddps.tf.float64 import as_float64
+
+    gd64 = as_float64(model.graph_def)
+    variables = se.variable_names(gd64)
+    ref64 = se.run_step(gd64, model, variables)
+    images64 = se.unsplit_images(model, graph_def=gd64)
+    assert images64.dtype == np.float64
+    spread64 = se.differences(se.run_step(gd64, model, variables,
+                                          images=se.ulp_perturbed(images64, 0, np.float64)), ref64)
+    row64 = se.summarize_float64(se.differences(
+        se.run_step(as_float64(wrong.graph_def), model, variables), ref64), spread64)
+    assert row64["verdict_f64"] == "DIFFERS" and row64["f64_worst_rel"] > 1e-4
 

@@ -22,8 +22,8 @@ box inside one producer part is sliced out of it; partial sums of the box are
 added (``AddN`` on the reader's device); otherwise the whole tensor is
 assembled once and sliced (``Slice``, cached per box and device).
 
-``Mean`` parts split along a reduced axis compute ``Sum`` of their box times
-``1 / count`` of the whole, so that the partial results add up to the mean.
+``Mean`` parts split along a reduced axis compute ``Sum`` of their box divided
+by the whole count, so that the partial results add up to the mean.
 
 Batch norm split by sample, height or width reduces its statistics across
 the parts (:func:`_write_batch_norm`). A sliding-window op (convolution,
@@ -245,8 +245,13 @@ def _sum_nhw(w, name, x, device, dtype, axes=(0, 1, 2)):
     return name
 
 
-def _scaled(w, name, x, factor, device, dtype):
-    w.add(_node(name, "Mul", [x, w.const(f"{name}/factor", factor, dtype, device)], device, dtype))
+def _divided(w, name, x, divisor, device, dtype):
+    """``x / divisor``. Divisors are counts (integers, exact in any float type), never
+    their reciprocals: a reciprocal rounded to float32 stays rounded when the graph is
+    widened (:func:`fddps.tf.float64.as_float64`), and the rewrite would then differ
+    from the original by float32 rounding even in float64."""
+    w.add(_node(name, "RealDiv", [x, w.const(f"{name}/divisor", divisor, dtype, device)],
+                device, dtype))
     return name
 
 
@@ -311,7 +316,7 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
             sums = [_sum_nhw(w, f"{name}/fddps_part_{p.index}/sum", read(0, p, box_of(p)), p.device,
                              dtype, nhw) for p in members]
             w.add(_node(f"{base}/sum", "AddN", sums, home, dtype, N=len(sums)))
-            mean = _scaled(w, f"{base}/mean", f"{base}/sum", 1.0 / count, home, dtype)
+            mean = _divided(w, f"{base}/mean", f"{base}/sum", count, home, dtype)
             sq = []
             for p in members:
                 pre = f"{name}/fddps_part_{p.index}"
@@ -320,8 +325,8 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
                 w.add(_node(f"{pre}/sq", "Square", [f"{pre}/dev"], p.device, dtype))
                 sq.append(_sum_nhw(w, f"{pre}/sqsum", f"{pre}/sq", p.device, dtype, nhw))
             w.add(_node(f"{base}/sqsum", "AddN", sq, home, dtype, N=len(sq)))
-            var = _scaled(w, f"{base}/var", f"{base}/sqsum", 1.0 / count, home, dtype)
-            unbiased = _scaled(w, f"{base}/var_unbiased", var, count / max(count - 1.0, 1.0),
+            var = _divided(w, f"{base}/var", f"{base}/sqsum", count, home, dtype)
+            unbiased = _divided(w, f"{base}/var_unbiased", f"{base}/sqsum", max(count - 1.0, 1.0),
                                home, dtype)
             for p in members:
                 pname = f"{name}/fddps_part_{p.index}"
@@ -357,8 +362,8 @@ def _write_batch_norm(w, name, op, cfg, dims, tf_op, node_def):
                                       nhw))
             w.add(_node(f"{base}/offset_grad", "AddN", dsum, home, dtype, N=len(dsum)))
             w.add(_node(f"{base}/scale_grad", "AddN", dxsum, home, dtype, N=len(dxsum)))
-            mean_dy = _scaled(w, f"{base}/mean_dy", f"{base}/offset_grad", 1.0 / count, home, dtype)
-            mean_dyx = _scaled(w, f"{base}/mean_dy_xhat", f"{base}/scale_grad", 1.0 / count, home,
+            mean_dy = _divided(w, f"{base}/mean_dy", f"{base}/offset_grad", count, home, dtype)
+            mean_dyx = _divided(w, f"{base}/mean_dy_xhat", f"{base}/scale_grad", count, home,
                                dtype)
             w.add(_node(f"{base}/gain", "Mul", [read(2, members[0], chan), inv], home, dtype))
             for p in members:
@@ -395,16 +400,28 @@ def _pad(w, name, x, pads, device, dtype, value=None):
 
 
 def _count_scale(halos, windows, layout):
-    """Per window of a padded average pool: kernel area / real (unpadded) area, shaped
-    to broadcast against the pool's output, whose axes are ``layout`` (``[1, rows, cols, 1]``
-    for NHWC, ``[1, 1, rows, cols]`` for NCHW); None when every window lies inside the input."""
+    """Per window of a padded average pool: ``(kernel area, real (unpadded) area)``, the
+    area shaped to broadcast against the pool's output, whose axes are ``layout``
+    (``[1, rows, cols, 1]`` for NHWC, ``[1, 1, rows, cols]`` for NCHW); None when every
+    window lies inside the input. Both are integers, so the rescaling is exact in any
+    float type (:func:`_rescaled`)."""
     hh, hw = halos["h"], halos["w"]
     ch, cw = hh.counts(*windows["h"]), hw.counts(*windows["w"])
     if (ch == hh.kernel).all() and (cw == hw.kernel).all():
         return None
-    scale = (hh.kernel * hw.kernel) / np.outer(ch, cw)
-    return scale.reshape([scale.shape[0] if a == "h" else scale.shape[1] if a == "w" else 1
-                          for a in layout])
+    real = np.outer(ch, cw).astype(float)
+    return float(hh.kernel * hw.kernel), real.reshape(
+        [real.shape[0] if a == "h" else real.shape[1] if a == "w" else 1 for a in layout])
+
+
+def _rescaled(w, name, x, scale, device, dtype):
+    """``x * kernel area / real area`` (``scale`` from :func:`_count_scale`): a window
+    averaged over the kernel's area, as a ``VALID`` part computes it, made an average
+    over its real cells, as ``SAME`` padding computes it."""
+    area, real = scale
+    w.add(_node(f"{name}/by_area", "Mul", [x, w.const(f"{name}/area", area, dtype, device)],
+                device, dtype))
+    return _divided(w, name, f"{name}/by_area", real, device, dtype)
 
 
 def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
@@ -463,8 +480,8 @@ def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
             t = _pad(w, f"{pname}/pad_{k}", t, pads, p.device, dtype, lowest)
             if op.op_type == "AvgPoolGrad":  # each window's gradient / its real count
                 scale = _count_scale(dims.halo, windows, dims.outputs[0])
-                t = t if scale is None else _scaled(w, f"{pname}/grad_scaled", t, scale,
-                                                    p.device, dtype)
+                t = t if scale is None else _rescaled(w, f"{pname}/grad_scaled", t, scale,
+                                                      p.device, dtype)
             node.input.append(t)
         node.input.extend(controls)
         w.add(node)
@@ -474,7 +491,7 @@ def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
             if scale is None:
                 w.add(_node(pname, "Identity", [result], p.device, dtype))
             else:
-                _scaled(w, pname, result, scale, p.device, dtype)
+                _rescaled(w, pname, result, scale, p.device, dtype)
         elif backward:  # keep the part's rows of the region; zeros where no window reached
             keep = tuple((max(a, r0), min(b, r1)) for (a, b), (r0, r1) in zip(out_box, region))
             cropped = w.slice(result, region, keep, p.device, dtype, pname)
@@ -608,16 +625,11 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=F
                 node.input[2] = w.const(f"{pname}/size", size, tf_op.inputs[2].dtype, p.device)
             node.input.extend(f"^{t}" for c in op.control_inputs for t in tasks[c])
             if op.op_type == "Mean" and partial:
-                # Sum of the part's box, scaled by the whole count: partials add to the mean.
+                # Sum of the part's box over the whole count: partials add to the mean.
                 node.name, node.op = f"{pname}/sum", "Sum"
                 w.add(node)
-                count = np.prod([dims.extent[d] for d in dims.reduction])
-                dtype = tf_op.outputs[0].dtype
-                scale = tf.compat.v1.NodeDef(name=pname, op="Mul", device=p.device)
-                scale.input.extend([node.name, w.const(f"{pname}/scale", 1.0 / count, dtype,
-                                                       p.device)])
-                scale.attr["T"].type = dtype.as_datatype_enum
-                w.add(scale)
+                count = float(np.prod([dims.extent[d] for d in dims.reduction]))
+                _divided(w, pname, node.name, count, p.device, tf_op.outputs[0].dtype)
             else:
                 w.add(node)
             names.append(pname)
