@@ -158,6 +158,22 @@ class GraphAnalysis:
 
 
 # -- loading ------------------------------------------------------------------------
+def const_node(name, value, dtype, device):
+    """A ``Const`` NodeDef named ``name`` on ``device`` holding ``value`` as ``dtype``
+    (a ``tf.DType``); the nodes the rewriters add use it.
+
+    >>> import tensorflow as tf
+    >>> const_node("k", [1, 2], tf.int32, "/cpu:0").attr["dtype"].type == tf.int32.as_datatype_enum
+    True
+    """
+    tf = _tf()
+    node = tf.compat.v1.NodeDef(name=name, op="Const", device=device)
+    node.attr["dtype"].type = dtype.as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype.as_numpy_dtype),
+                                                             dtype=dtype))
+    return node
+
+
 def load_graph(graph_like):
     """A private copy of a GraphDef and the ``tf.Graph`` holding its ops.
 

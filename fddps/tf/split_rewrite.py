@@ -48,11 +48,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import numpy as np
-
 from ..errors import GraphError
 from ..strategy.fddps_splits import part_name, slice_name
-from .graphdef import _parse_input, _tf, analyse
+from .graphdef import _parse_input, _tf, analyse, const_node
 from .split_candidates import shape_input_value
 
 
@@ -73,15 +71,6 @@ def split_node_names(decision) -> list:
     if rule.combine == "concat":
         names.append(concat_axis_name(cand.op))
     return names
-
-
-def _const(name, value, dtype, device):
-    tf = _tf()
-    node = tf.compat.v1.NodeDef(name=name, op="Const", device=device)
-    node.attr["dtype"].type = dtype.as_datatype_enum
-    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype.as_numpy_dtype),
-                                                             dtype=dtype))
-    return node
 
 
 def _check(decision, op, node, data):
@@ -161,8 +150,8 @@ def rewrite_splits(graph_def, analysis, decisions, device_of: Callable[[str], st
         for (inp, axis), (producer, _) in zip(rule.sliced, cand.sliced):
             s = slice_name(x, producer)
             dev = device(s)
-            new.append(_const(f"{s}/size_splits", list(d.part_sizes), tf.int32, dev))
-            new.append(_const(f"{s}/axis", axis, tf.int32, dev))
+            new.append(const_node(f"{s}/size_splits", list(d.part_sizes), tf.int32, dev))
+            new.append(const_node(f"{s}/axis", axis, tf.int32, dev))
             split = tf.compat.v1.NodeDef(name=s, op="SplitV", device=dev,
                                          input=[data[inp], f"{s}/size_splits", f"{s}/axis"])
             split.attr["T"].type = op.inputs[inp].dtype.as_datatype_enum
@@ -194,7 +183,7 @@ def rewrite_splits(graph_def, analysis, decisions, device_of: Callable[[str], st
                     value = list(value)
                     value[element] = size
                     const = f"{p}/{op.op_def.input_arg[inp].name}"
-                    new.append(_const(const, value, op.inputs[inp].dtype, dev))
+                    new.append(const_node(const, value, op.inputs[inp].dtype, dev))
                     part.input.append(const)
                 else:
                     part.input.append(s)
@@ -214,7 +203,7 @@ def rewrite_splits(graph_def, analysis, decisions, device_of: Callable[[str], st
             node.op = "ConcatV2"
             node.input.append(concat_axis_name(x))
             node.attr["Tidx"].type = tf.int32.as_datatype_enum
-            new.append(_const(concat_axis_name(x), rule.concat_axis, tf.int32, node.device))
+            new.append(const_node(concat_axis_name(x), rule.concat_axis, tf.int32, node.device))
         else:
             node.op = "AddN"
         for n in new:

@@ -50,10 +50,8 @@ import numpy as np
 from ..strategy.expand import _tensor_box as _box
 from ..strategy.ops import HaloAxis, NotDescribed, resolve
 from ..strategy.strategy import StrategyError, parts, validate
-from .graphdef import _tf, analyse
-from .split_rewrite import _const
+from .graphdef import _parse_input, _tf, analyse, const_node
 from .strategy_graph import step_graph
-from .graphdef import _parse_input
 from .variable_shards import (check_sharded_group, handle_blockers, retarget, sharded_table,
                               write_handle_users, write_shard_users, write_shards)
 
@@ -79,7 +77,7 @@ class _Writer:
 
     def const(self, name, value, dtype, device):
         if name not in self.cache:
-            self.add(_const(name, value, dtype, device))
+            self.add(const_node(name, value, dtype, device))
             self.cache[name] = name
         return name
 
@@ -451,7 +449,7 @@ def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
         out_box = _box(dims.outputs[0], op.output_shapes[0], p.box)
         names.append(pname)
         if any(b <= a for a, b in windows.values()):  # no window touches these rows
-            w.add(_const(pname, np.zeros([b - a for a, b in out_box]), dtype, p.device))
+            w.add(const_node(pname, np.zeros([b - a for a, b in out_box]), dtype, p.device))
             outs[0].append((pname, out_box, p.device))
             continue
         # The box the part computes: its own, or (backward) every row its windows read.
