@@ -395,6 +395,11 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
                                     images=ulp_perturbed(images64, k, np.float64)), ref64)
         spread64 = {q: max(diff[q], spread64.get(q, (0.0, 0.0))) for q in diff}
     worst = max(spread64, key=lambda q: spread64[q][0])
+    rows.append(dict(base, cluster="local", strategy="spread:f64_input_ulp", devices=1,
+                     status="ok", ops=len(gd64.node), ops_split=0,
+                     seconds=time.perf_counter() - t, verdict="",
+                     f64_loss_rel=max(spread64[q][0] for q in LOSSES),
+                     f64_worst_rel=spread64[worst][0], f64_worst_quantity=worst))
     log(f"  float64: unsplit step and {F64_DRAWS} one-ulp input draws "
         f"{time.perf_counter() - t:.0f} s; spread worst rel {spread64[worst][0]:.2e} ({worst})")
     _write(rows, out)

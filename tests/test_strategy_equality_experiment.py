@@ -63,7 +63,7 @@ def test_experiment_passes_data_parallel_vgg16_and_flags_a_wrong_learning_rate(t
     assert list(df.columns[:len(se.COLUMNS)]) == se.COLUMNS
     assert list(df.strategy) == ["spread:repeat"] + [
         f"spread:input_ulp{k}" for k in range(se.ROUNDING_DRAWS)] + [
-        "spread:threads", "spread:onednn_off", "data_parallel"]
+        "spread:threads", "spread:onednn_off", "spread:f64_input_ulp", "data_parallel"]
     cell = rows[-1]
     assert cell["status"] == "ok" and cell["cluster"] == "cpu4" and cell["devices"] == 4
     assert cell["verdict"] == "equal at 1e-5" and cell["pass_1e5"]

@@ -14,12 +14,12 @@ from fddps.tf.strategy_graph import step_graph  # noqa: E402
 from fddps.tf.strategy_rewrite import rewrite_strategy  # noqa: E402
 
 CPUS = [f"/device:CPU:{i}" for i in range(4)]
-CONFIG = tf.compat.v1.ConfigProto(device_count={"CPU": 4}, allow_soft_placement=False,
-                                  inter_op_parallelism_threads=2, intra_op_parallelism_threads=1)
+CONFIG = tf.compat.v1.ConfigProto(device_count={"CPU": 4}, intra_op_parallelism_threads=1)
 raw = tf.raw_ops
 
 
 def _rand(shape, seed, positive=False):
+    """A float32 constant of standard normal values (``positive``: ``|x| + 0.5``)."""
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     return tf.constant(np.abs(x) + 0.5 if positive else x)
 
