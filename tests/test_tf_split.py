@@ -97,6 +97,19 @@ def assert_same_step(ref, got, names):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+def assert_same_step_in_float64(original, graph_def, model, train_step, config):
+    """The same check with both graphs widened to float64, where reordered sums cannot
+    hide a mistake: agreement to 1e-10."""
+    from fddps.tf.float64 import as_float64
+
+    ref = train_step(as_float64(original), model, config)
+    got = train_step(as_float64(graph_def), model, config)
+    assert np.asarray(got.loss).dtype == np.float64
+    assert got.loss == pytest.approx(ref.loss, rel=1e-10)
+    for name, a, b in zip(model.reads, ref.variables, got.variables):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
 def assert_ran_where_placed(graph_def, metadata):
     """Every node of the partition graphs that has a GraphDef name ran on its device."""
     want = {n.name: n.device for n in graph_def.node}
@@ -158,6 +171,7 @@ def test_rewrite_computes_the_same_step(net, reference, dims, tf_train_step, tf_
         assert all(slice_name(op, p) in names for p, _ in d.candidate.sliced)
     got = tf_train_step(out, net, tf_config(4))
     assert_same_step(reference, got, net.reads)
+    assert_same_step_in_float64(net.graph_def, out, net, tf_train_step, tf_config(4))
     ran = assert_ran_where_placed(out, got.metadata)
     assert {ran[name] for name in devices if name in ran} >= {f"/job:localhost/replica:0/task:0{d}"
                                                               for d in CPUS}
@@ -280,4 +294,5 @@ def test_rewrite_of_the_batch_norm_cnn(cnn_graph, tf_train_step, tf_config):
     ref = tf_train_step(cnn_graph.graph_def, cnn_graph, tf_config(4))
     got = tf_train_step(out, cnn_graph, tf_config(4))
     assert_same_step(ref, got, cnn_graph.reads)
+    assert_same_step_in_float64(cnn_graph.graph_def, out, cnn_graph, tf_train_step, tf_config(4))
     assert_ran_where_placed(out, got.metadata)

@@ -7,6 +7,7 @@ tf = pytest.importorskip("tensorflow")
 
 from fddps.strategy import (OpConfig, Strategy, StrategyError, combine, data_parallel,  # noqa: E402
                             parameter_split, resolve)
+from fddps.tf.float64 import as_float64  # noqa: E402
 from fddps.tf.strategy_graph import step_graph  # noqa: E402
 from fddps.tf.strategy_rewrite import rewrite_strategy  # noqa: E402
 
@@ -207,10 +208,13 @@ def test_split_variables_are_written_as_shards():
 
 
 def _train(gd, model, steps=1):
+    """Losses of ``steps`` steps and the next, and the trainable variables after them
+    (read in ``gd``'s own float type: float32, or float64 for :func:`as_float64` graphs)."""
     with tf.Graph().as_default() as graph:
         tf.graph_util.import_graph_def(gd, name="")
         reads = [raw.ReadVariableOp(resource=graph.get_tensor_by_name(v.name),
-                                    dtype=v.dtype.base_dtype) for v in model.trainable_variables]
+                                    dtype=graph.get_operation_by_name(v.op.name).get_attr("dtype"))
+                 for v in model.trainable_variables]
         with tf.compat.v1.Session(graph=graph, config=CONFIG) as sess:
             sess.run(model.init_op.name)
             losses = [sess.run([model.train_op.name, model.loss.name])[1] for _ in range(steps)]
@@ -227,6 +231,7 @@ def _check_strategies(name, batch, strategies, image_size=None, rtol=1e-5):
     before.CopyFrom(model.graph_def)
     step = step_graph(model.graph_def, fetches)
     ref_loss, ref_vars = _train(model.graph_def, model)
+    ref64_loss, ref64_vars = _train(as_float64(model.graph_def), model)
     for make in strategies:
         strategy = make(step, CPUS)
         gd = rewrite_strategy(model.graph_def, strategy, fetches, CPUS)
@@ -235,6 +240,12 @@ def _check_strategies(name, batch, strategies, image_size=None, rtol=1e-5):
         for v, want, have in zip(model.trainable_variables, ref_vars, got):
             np.testing.assert_allclose(have, want, rtol=rtol, atol=1e-6,
                                        err_msg=f"{strategy.name}: {v.name}")
+        # In float64, where reordered sums cannot hide a mistake (fddps.tf.float64).
+        loss, got = _train(as_float64(gd), model)
+        np.testing.assert_allclose(loss, ref64_loss, rtol=1e-9, err_msg=strategy.name)
+        for v, want, have in zip(model.trainable_variables, ref64_vars, got):
+            np.testing.assert_allclose(have, want, rtol=1e-9, atol=1e-11,
+                                       err_msg=f"{strategy.name} in float64: {v.name}")
         used = {n.device for n in gd.node if "/fddps_part_" in n.name}
         assert used == set(CPUS), strategy.name
     assert model.graph_def == before
