@@ -78,6 +78,9 @@ def test_as_float64_widens_every_float_and_keeps_names_devices_and_results():
         sess.run(init.name)
         out = sess.run(y.name)
     assert out.dtype == np.float64
+    assert as_float64(g) == gd64  # a tf.Graph is read as its GraphDef
+    with pytest.raises(GraphError):
+        as_float64(42)
     np.testing.assert_array_equal(out, np.maximum(np.arange(12.0).reshape(3, 4).sum(1) * 0.25
                                                   - 1.5, 0)[:, None].repeat(2, 1))
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from .graphdef import _tf, const_node
+from .graphdef import _tf, const_node, load_graph
 
 #: Op types without a float64 CPU kernel that :func:`as_float64` writes out.
 BATCH_NORMS = ("FusedBatchNormV3", "FusedBatchNormV2", "FusedBatchNorm")
@@ -61,8 +61,8 @@ def as_float64(graph_def):
 
     Parameters
     ----------
-    graph_def : tf.compat.v1.GraphDef
-        Not modified.
+    graph_def : GraphDef, tf.Graph, bytes or path
+        As :func:`fddps.tf.load_graph` reads it. Not modified.
 
     Returns
     -------
@@ -76,9 +76,12 @@ def as_float64(graph_def):
     ------
     GraphError
         A fused batch norm in a layout other than NHWC or NCHW, or one whose
-        ``exponential_avg_factor`` is not 1 in training (the node is named).
+        ``exponential_avg_factor`` is not 1 in training (the node is named);
+        input that is not a graph.
     """
     tf = _tf()
+    if not isinstance(graph_def, tf.compat.v1.GraphDef):
+        graph_def, _ = load_graph(graph_def)
     out = tf.compat.v1.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
