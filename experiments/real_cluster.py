@@ -59,7 +59,8 @@ def _strategy(name, m, devices, fetches):
     return getattr(strategies, name)(step_graph(m.graph_def, fetches), list(devices))
 
 
-def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeats=5, progress=True):
+def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeats=5, progress=True,
+                        transfer_cpu=False):
     """A cost model fitted on this machine: op times on worker 0, the link between the workers.
 
     Returns
@@ -87,18 +88,20 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
                                    repeats=repeats, target=cluster.target, progress=progress)
     cpu = fit_transfer_cpu(concurrent)
     t2 = time.perf_counter()
-    # The CPU cost of concurrent transfers is kept out of the model place() uses: with
-    # it, FD-DPS spread Inception-V3 over both workers (134 MB in 962 transfers),
-    # predicted as fast as one worker, measured 0.72x. It is reported beside
-    # (predicted_transfer_cpu).
+    # The CPU cost of concurrent transfers is kept out of the model place() uses unless
+    # asked (transfer_cpu=True, a diagnostic): with it, FD-DPS spread Inception-V3 over
+    # both workers (134 MB in 962 transfers), predicted as fast as one worker, measured
+    # 0.72x. It is reported beside (predicted_transfer_cpu).
     cm = costmodel.fit_cost_model(prof.join(op_table(model.graph_def)), transfers=transfers,
-                                  base=base, graph=prof.meta["graph"])
+                                  base=base, graph=prof.meta["graph"],
+                                  transfer_cpu=cpu if transfer_cpu else None)
     lat, bw = cm.link(cluster.devices[0], cluster.devices[1])
     facts = dict(cost_model="profiled", profile_coverage=float(prof.coverage),
                  profile_step_seconds=prof.step_time(),
                  profile_op_seconds=float(prof.ops["seconds"].sum()),
                  profile_gap_seconds=prof.dispatch_seconds,
                  link_latency=lat, link_bandwidth=bw, profile_seconds=t1 - t0,
+                 placed_with_transfer_cpu=cm.transfer_cpu(*cluster.devices[:2]) is not None,
                  comm_bench_seconds=t2 - t1,
                  # One figure for both directions: the worse (slower) of the two.
                  cpu_transfer_latency=float(cpu.cpu_latency.max()),
@@ -117,7 +120,8 @@ def analytic_cost_model():
                     profile_step_seconds=np.nan, profile_op_seconds=np.nan,
                     profile_gap_seconds=np.nan, link_latency=link.latency,
                     link_bandwidth=link.bandwidth, profile_seconds=0.0, comm_bench_seconds=0.0,
-                    cpu_transfer_latency=np.nan, cpu_transfer_bandwidth=np.nan)
+                    cpu_transfer_latency=np.nan, cpu_transfer_bandwidth=np.nan,
+                    placed_with_transfer_cpu=False)
 
 
 def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, config=None):
@@ -175,13 +179,14 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
 
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
-        enforce_order=False, progress=True, strategies=()):
+        enforce_order=False, progress=True, strategies=(), place_transfer_cpu=False):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
     ``algorithms`` are :func:`fddps.place` algorithms (placements and the
     strategy searches, e.g. ``"auto"``, ``"flexflow"``); ``strategies`` names
     :data:`STRATEGIES` run as given (``place(..., strategy=...)``), in rows
-    named ``strategy:<name>``."""
+    named ``strategy:<name>``. ``place_transfer_cpu``: place with the concurrent-transfer
+    CPU cost in the cost model (the opt-in ``transfer_cpu``), as a diagnostic."""
     common.tf_quiet()
     import slim_models
     from tqdm.auto import tqdm
@@ -205,7 +210,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
             if profile:
                 bar.set_description(f"real cluster {model}: profile")
                 cm, facts = profiled_cost_model(m, cluster, steps=profile_steps, sizes=comm_sizes,
-                                                repeats=comm_repeats, progress=False)
+                                                repeats=comm_repeats, progress=False,
+                                                transfer_cpu=place_transfer_cpu)
             else:
                 cm, facts = analytic_cost_model()
             # The same placements predicted with the per-transfer CPU cost fitted on
@@ -364,6 +370,9 @@ def main(argv=None):
                         help="add control edges so TF runs each worker's ops in the scheduled order")
     parser.add_argument("--out", default=str(common.RESULTS / "real_cluster.csv"))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--place-with-transfer-cpu", action="store_true",
+                        help="place with the CPU cost fitted on concurrent transfers in the cost "
+                             "model (a diagnostic: FD-DPS then spreads more)")
     args = parser.parse_args(argv)
     quick = dict(batch=2, steps=2, warmup=1, profile_steps=1) if args.quick else \
         dict(batch=8, steps=10, warmup=3, profile_steps=5)
@@ -378,7 +387,8 @@ def main(argv=None):
              profile=not args.no_profile, profile_steps=args.profile_steps,
              comm_sizes=(4, 1 << 20, 8 << 20) if args.quick else None,
              comm_repeats=2 if args.quick else 5, enforce_order=args.enforce_order,
-             progress=not args.no_progress, strategies=args.strategies)
+             progress=not args.no_progress, strategies=args.strategies,
+             place_transfer_cpu=args.place_with_transfer_cpu)
     wall = time.perf_counter() - t0
     first = df.iloc[0]
     print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "
@@ -404,6 +414,7 @@ def main(argv=None):
           "makespan of the schedule under that cost model (each transfer's T / 2 spent by each "
           "task; for a strategy, the step of the GraphDef it writes); pred_cpu = the same "
           "with the per-transfer CPU cost fitted on concurrent transfers (Cluster.transfer_cpu); "
+
           "pred_taskgraph = a strategy's task graph, as the searches score it; "
           "pred_tf = the same as TensorFlow's executor orders it; "
           "x_single = one worker's time / this.")

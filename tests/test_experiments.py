@@ -210,6 +210,21 @@ def test_real_cluster_smoke(tmp_path, capsys):
     assert placed.devices_ran == 2 or placed.ops_worker0 * placed.ops_worker1 == 0
     assert df.cost_model.iloc[0] == "profiled" and df.profile_coverage.iloc[0] > 0.5
     assert "profiled on worker 0" in text and "measured" in text
+    assert not df.placed_with_transfer_cpu.any()  # opt-in: --place-with-transfer-cpu
+
+
+@pytest.mark.slow
+def test_real_cluster_can_place_with_the_concurrent_transfer_cost(tmp_path):
+    pytest.importorskip("tensorflow")
+    from experiments import real_cluster
+
+    df = real_cluster.main(["--models", "resnet50", "--quick", "--algorithms", "heft",
+                            "--place-with-transfer-cpu", "--no-progress",
+                            "--out", str(tmp_path / "rc.csv")])
+    assert df.placed_with_transfer_cpu.all() and (df.status == "ok").all()
+    # Placed with that cost, the schedule's own prediction charges it too: close to the
+    # pred_cpu column's (which takes one figure, the worse direction's, for both).
+    np.testing.assert_allclose(df.predicted, df.predicted_transfer_cpu, rtol=0.1)
 
 
 def test_costmodel_accuracy_smoke(tmp_path, capsys):
