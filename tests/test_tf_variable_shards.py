@@ -15,6 +15,7 @@ from fddps.search.space import unit_splits, writable_strategy  # noqa: E402
 from fddps.strategy import (OpConfig, Strategy, StrategyError, parameter_split,  # noqa: E402
                             shard_variables)
 from fddps.strategy.strategy import shardable_groups  # noqa: E402
+from fddps.tf.float64 import as_float64  # noqa: E402
 from fddps.tf.strategy_graph import step_graph  # noqa: E402
 from fddps.tf.strategy_rewrite import rewrite_strategy  # noqa: E402
 from fddps.tf.variable_shards import gather_variables  # noqa: E402
@@ -128,6 +129,12 @@ def test_mlp_with_sharded_weights_trains_like_the_original(optimizer, k):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=v)
         if v in sharded:
             np.testing.assert_array_equal(got[3][v], b, err_msg=v)  # gathered == read
+    # In float64, where reordered sums cannot hide a mistake: the same step to rounding.
+    ref64, got64 = _run(as_float64(gd), variables), _run(as_float64(out), variables)
+    assert np.asarray(got64[1]).dtype == np.float64
+    np.testing.assert_allclose(got64[1], ref64[1], rtol=1e-10)
+    for a, b, v in zip(ref64[2], got64[2], variables):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12, err_msg=v)
 
 
 def test_cnn_with_sharded_filters_trains_like_the_original(cnn_graph, tf_config):
@@ -148,19 +155,24 @@ def test_cnn_with_sharded_filters_trains_like_the_original(cnn_graph, tf_config)
         assert "conv1/moving_mean" not in sharded
         variables = _variables(gd)
         config = tf_config(4)
-        ref = [], []
-        got = [], []
-        for graph_def, res in ((gd, ref), (out, got)):
-            with tf.Graph().as_default() as graph:
-                tf.graph_util.import_graph_def(graph_def, name="")
-                with v1.Session(graph=graph, config=config) as sess:
-                    sess.run("init")
-                    for _ in range(2):
-                        res[0].append(sess.run(["loss:0", "train"], feed_dict=cnn_graph.feed)[0])
-                    res[1].extend(sess.run([f"{v}/Read/ReadVariableOp:0" for v in variables]))
-        np.testing.assert_allclose(got[0], ref[0], rtol=1e-5)
-        for a, b, v in zip(ref[1], got[1], variables):
-            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"{k} devices: {v}")
+        # In float32 to 1e-5, and in float64 (where reordered sums cannot hide a mistake)
+        # to 1e-10.
+        for widen, rtol, atol in ((lambda x: x, 1e-5, 1e-6), (as_float64, 1e-10, 1e-12)):
+            ref = [], []
+            got = [], []
+            for graph_def, res in ((widen(gd), ref), (widen(out), got)):
+                with tf.Graph().as_default() as graph:
+                    tf.graph_util.import_graph_def(graph_def, name="")
+                    with v1.Session(graph=graph, config=config) as sess:
+                        sess.run("init")
+                        for _ in range(2):
+                            res[0].append(sess.run(["loss:0", "train"],
+                                                   feed_dict=cnn_graph.feed)[0])
+                        res[1].extend(sess.run([f"{v}/Read/ReadVariableOp:0" for v in variables]))
+            np.testing.assert_allclose(got[0], ref[0], rtol=rtol)
+            for a, b, v in zip(ref[1], got[1], variables):
+                np.testing.assert_allclose(b, a, rtol=rtol, atol=atol,
+                                           err_msg=f"{k} devices: {v}")
 
 
 def test_fetch_names_initializers_and_devices_that_ran():
