@@ -24,7 +24,10 @@ forms), which have no float64 kernel, become the same arithmetic written
 with element-wise ops and reductions, behind an ``IdentityN`` of the op's
 name, so every consumer, control input and fetch still finds its tensor.
 Their reserve spaces carry the batch mean and the biased batch variance, as
-the CPU kernels' do.
+the CPU kernels' do. This arithmetic is written here on its own, not shared
+with the rewrite's synchronised batch norm
+(:func:`fddps.tf.strategy_rewrite._write_batch_norm`): a check should not
+reuse what it checks.
 
 Example
 -------
@@ -133,12 +136,14 @@ class _BatchNormWriter:
         self.data = [i for i in node.input if not i.startswith("^")]
 
     # -- node builders ---------------------------------------------------------------
-    def _add(self, suffix, op, inputs, **attrs):
+    def _add(self, suffix, op, inputs, typed=True, **attrs):
+        """A node ``op`` of ``inputs``; ``typed``: its ``T`` is float64 (``Cast`` has none)."""
         tf = _tf()
         n = tf.compat.v1.NodeDef(name=f"{self.node.name}/fddps_f64/{suffix}", op=op,
                                  device=self.node.device)
         n.input.extend(list(inputs) + self.controls)
-        n.attr["T"].type = tf.float64.as_datatype_enum
+        if typed:
+            n.attr["T"].type = tf.float64.as_datatype_enum
         for key, value in attrs.items():
             if isinstance(value, bool):
                 n.attr[key].b = value
@@ -174,10 +179,8 @@ class _BatchNormWriter:
         tf = _tf()
         sizes = [self._add(f"count/size_{k}", "Size", [t], out_type=tf.int32)
                  for k, t in enumerate((x, vec))]
-        floats = [self._add(f"count/float_{k}", "Cast", [s], SrcT=tf.int32, DstT=tf.float64,
-                            Truncate=False) for k, s in enumerate(sizes)]
-        for name in floats:  # Cast has SrcT and DstT, no T
-            next(n for n in self.nodes if n.name == name).attr.pop("T")
+        floats = [self._add(f"count/float_{k}", "Cast", [s], typed=False, SrcT=tf.int32,
+                            DstT=tf.float64, Truncate=False) for k, s in enumerate(sizes)]
         return self._binary("count", "RealDiv", *floats)
 
     def _identity_n(self, outputs):
@@ -207,11 +210,12 @@ class _BatchNormWriter:
             mean = self._binary("mean", "RealDiv", self._channel_sum("sum", x), n)
             centred = self._binary("centred", "Sub", x, self._per_channel("mean_bc", mean))
             sq = self._add("square", "Square", [centred])
-            var = self._binary("var", "RealDiv", self._channel_sum("sqsum", sq), n)
-            less = self._binary("count_less_one", "Sub", n, self._const("one", 1.0))
-            less = self._binary("count_less_one_pos", "Maximum", less, self._const("one_", 1.0))
-            unbiased = self._binary("var_unbiased", "Mul", var,
-                                    self._binary("bessel", "RealDiv", n, less))
+            sqsum = self._channel_sum("sqsum", sq)
+            var = self._binary("var", "RealDiv", sqsum, n)
+            one = self._const("one", 1.0)
+            less = self._binary("count_less_one", "Maximum",
+                                self._binary("count_minus_one", "Sub", n, one), one)
+            unbiased = self._binary("var_unbiased", "RealDiv", sqsum, less)
             stats = [mean, unbiased, mean, var]
         else:
             mean, var = mean_in, var_in
