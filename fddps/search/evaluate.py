@@ -49,7 +49,8 @@ import pandas as pd
 
 from ..graph import OpGraph
 from ..simulate import simulate
-from ..strategy.expand import distinct_pieces, expand, op_layout, op_records, task_aliases
+from ..strategy.expand import (add_edge, distinct_pieces, expand, op_layout, op_records,
+                               task_aliases)
 from ..strategy.ops import NotDescribed, resolve
 
 #: Records of :func:`~fddps.strategy.expand.op_records` that carry a cost-model row.
@@ -271,9 +272,7 @@ class StrategyEvaluator:
             for r in fragments[name]:
                 kind = r[0]
                 if kind == "E":
-                    if len(r) > 4:
-                        pieces.append((len(edges), r[4]))
-                    edges.append(r[1:4])
+                    add_edge(edges, pieces, r)
                 elif kind == "G":
                     gathers.add(r[1])
                 elif kind == "C":  # a slice or concatenation its reader pays for

@@ -154,6 +154,15 @@ def part_of_task(task: str) -> str:
     return re.sub(r"(/stats)?(/pass_\d+)?$", "", task)
 
 
+def add_edge(edges, pieces, record) -> None:
+    """Append an ``E`` record's edge ``(src, dst, bytes)`` to ``edges`` and, if it
+    names the piece it carries, ``(edge index, box)`` to ``pieces`` (for
+    :func:`distinct_pieces`)."""
+    if len(record) > 4:
+        pieces.append((len(edges), record[4]))
+    edges.append(record[1:4])
+
+
 def distinct_pieces(edges, pieces, device) -> list:
     """``edges`` with each producer's distinct pieces to one device charged together.
 
@@ -431,9 +440,7 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
             if kind == "T":
                 add_task(rec[1], rec[2], rec[3])
             elif kind == "E":
-                if len(rec) > 4:
-                    pieces.append((len(edges), rec[4]))
-                edges.append(rec[1:4])
+                add_edge(edges, pieces, rec)
             elif kind == "G":
                 gathers.add(rec[1])
             elif kind == "C":
