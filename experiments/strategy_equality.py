@@ -65,8 +65,8 @@ show whether the reference itself is reproducible in this process; it is
 reported, not used (0 in five networks; NASNet-A Large's depthwise weights'
 momentum slots differ by up to 1.2e-2 between two identical runs).
 
-**Float64: the decisive check.** Where the float32 spread is of order 1, the
-cell is run once more with both graphs converted to float64
+**Float64: the decisive check.** Every cell is run once more with both
+graphs converted to float64
 (:func:`fddps.tf.float64.as_float64`: the unsplit graph, and the strategy's
 rewrite of the float32 graph, widened the same way). A correct rewrite
 reorders sums only, so in float64 its rounding is ~1e-16 per operation
@@ -232,10 +232,16 @@ def differences(got, ref):
     return out
 
 
-def _ratio(diff, spread):
+def widest(spread, diff):
+    """``spread`` widened by one more probe's :func:`differences`: per quantity the larger."""
+    return {q: max(diff[q], spread.get(q, (0.0, 0.0))) for q in diff}
+
+
+def _ratio(diff, spread, tol=RTOL):
+    """The largest ``rel / spread`` over the quantities above ``tol``, and where."""
     ratio, where = 0.0, ""
     for q, (rel, _) in diff.items():
-        if rel > RTOL:
+        if rel > tol:
             s = spread[q][0]
             r = rel / s if s > 0 else np.inf
             if r > ratio:
@@ -284,12 +290,7 @@ def summarize_float64(diff, spread):
     float64 rounding spread: ``verdict_f64`` is ``"equal in float64"`` when every
     quantity is within :data:`F64_RTOL` or :data:`ROUNDING_FACTOR` times its spread."""
     worst = max(diff, key=lambda q: diff[q][0])
-    ratio, where = 0.0, ""
-    for q, (rel, _) in diff.items():
-        if rel > F64_RTOL:
-            r = rel / spread[q][0] if spread[q][0] > 0 else np.inf
-            if r > ratio:
-                ratio, where = r, q
+    ratio = _ratio(diff, spread, F64_RTOL)[0]
     return dict(f64_loss_rel=max(diff[q][0] for q in LOSSES), f64_worst_rel=diff[worst][0],
                 f64_worst_quantity=worst, f64_spread_rel=spread[worst][0], f64_ratio=ratio,
                 verdict_f64="equal in float64" if ratio <= ROUNDING_FACTOR else "DIFFERS")
@@ -363,9 +364,9 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
         t = time.perf_counter()
         diff = differences(run_step(gd, model, variables, **kwargs), ref)
         if label != "spread:repeat":
-            spread = {q: max(diff[q], spread.get(q, (0.0, 0.0))) for q in diff}
+            spread = widest(spread, diff)
         if label.startswith("spread:input_ulp"):
-            spread_ulp = {q: max(diff[q], spread_ulp.get(q, (0.0, 0.0))) for q in diff}
+            spread_ulp = widest(spread_ulp, diff)
         rows.append(dict(base, cluster="local", strategy=label, devices=1, status="ok",
                          ops=len(gd.node), ops_split=0, run_s=time.perf_counter() - t,
                          seconds=time.perf_counter() - t, **summarize(diff, trainable=trainable)))
@@ -377,7 +378,7 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
         t = time.perf_counter()
         diff = differences(_unsplit_in_subprocess(name, batch, image_size,
                                                   {"TF_ENABLE_ONEDNN_OPTS": "0"}), ref)
-        spread_all = {q: max(diff[q], spread[q]) for q in diff}
+        spread_all = widest(spread, diff)
         rows.append(dict(base, cluster="local", strategy="spread:onednn_off", devices=1,
                          status="ok", ops=len(gd.node), ops_split=0,
                          seconds=time.perf_counter() - t, **summarize(diff, trainable=trainable)))
@@ -393,7 +394,7 @@ def run_network(name, batch, strategies=STRATEGIES, clusters=CLUSTERS, image_siz
     for k in range(F64_DRAWS):
         diff = differences(run_step(gd64, model, variables64,
                                     images=ulp_perturbed(images64, k, np.float64)), ref64)
-        spread64 = {q: max(diff[q], spread64.get(q, (0.0, 0.0))) for q in diff}
+        spread64 = widest(spread64, diff)
     worst = max(spread64, key=lambda q: spread64[q][0])
     rows.append(dict(base, cluster="local", strategy="spread:f64_input_ulp", devices=1,
                      status="ok", ops=len(gd64.node), ops_split=0,
