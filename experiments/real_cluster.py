@@ -215,9 +215,12 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
             else:
                 cm, facts = analytic_cost_model()
             # The same placements predicted with the per-transfer CPU cost fitted on
-            # concurrent transfers (Cluster.transfer_cpu) instead of T / 2 per end.
+            # concurrent transfers (Cluster.transfer_cpu) instead of T / 2 per end; when
+            # placed with it, the cost model's own (per direction), so the two agree.
             cpu_cluster = None
-            if np.isfinite(facts["cpu_transfer_latency"]):
+            if facts["placed_with_transfer_cpu"]:
+                cpu_cluster = make_cluster(cluster.devices, cm)
+            elif np.isfinite(facts["cpu_transfer_latency"]):
                 cpu_cluster = make_cluster(cluster.devices, cm).with_transfer_cpu(
                     facts["cpu_transfer_latency"], facts["cpu_transfer_bandwidth"])
             placed = []  # (row, graph_def) of every placement, measured together below
@@ -414,7 +417,6 @@ def main(argv=None):
           "makespan of the schedule under that cost model (each transfer's T / 2 spent by each "
           "task; for a strategy, the step of the GraphDef it writes); pred_cpu = the same "
           "with the per-transfer CPU cost fitted on concurrent transfers (Cluster.transfer_cpu); "
-
           "pred_taskgraph = a strategy's task graph, as the searches score it; "
           "pred_tf = the same as TensorFlow's executor orders it; "
           "x_single = one worker's time / this.")

@@ -57,16 +57,17 @@ def _variables(gd):
     return [n.name for n in gd.node if n.op == "VarHandleOp"]
 
 
-def _run(gd, variables, steps=2, sharded=None, target="", config=CONFIG):
+def _run(gd, variables, steps=2, sharded=None, target="", config=CONFIG, feed=None):
     """Initial values, loss per step, values after the steps (each by the variable's own
-    ``Read/ReadVariableOp``), and with ``sharded`` the gathered values too."""
+    ``Read/ReadVariableOp``), and with ``sharded`` the gathered values too. ``feed``:
+    fed to every step."""
     with tf.Graph().as_default() as graph:
         tf.graph_util.import_graph_def(gd, name="")
         reads = [f"{v}/Read/ReadVariableOp:0" for v in variables]
         with v1.Session(target, graph=graph, config=config) as sess:
             sess.run("init")
             initial = sess.run(reads)
-            losses = [sess.run(["loss:0", "train"])[0] for _ in range(steps)]
+            losses = [sess.run(["loss:0", "train"], feed_dict=feed)[0] for _ in range(steps)]
             after = sess.run(reads)
             gathered = gather_variables(sess, sharded) if sharded else {}
     return initial, losses, after, gathered
@@ -158,19 +159,10 @@ def test_cnn_with_sharded_filters_trains_like_the_original(cnn_graph, tf_config)
         # In float32 to 1e-5, and in float64 (where reordered sums cannot hide a mistake)
         # to 1e-10.
         for widen, rtol, atol in ((lambda x: x, 1e-5, 1e-6), (as_float64, 1e-10, 1e-12)):
-            ref = [], []
-            got = [], []
-            for graph_def, res in ((widen(gd), ref), (widen(out), got)):
-                with tf.Graph().as_default() as graph:
-                    tf.graph_util.import_graph_def(graph_def, name="")
-                    with v1.Session(graph=graph, config=config) as sess:
-                        sess.run("init")
-                        for _ in range(2):
-                            res[0].append(sess.run(["loss:0", "train"],
-                                                   feed_dict=cnn_graph.feed)[0])
-                        res[1].extend(sess.run([f"{v}/Read/ReadVariableOp:0" for v in variables]))
-            np.testing.assert_allclose(got[0], ref[0], rtol=rtol)
-            for a, b, v in zip(ref[1], got[1], variables):
+            ref, got = (_run(widen(graph_def), variables, config=config, feed=cnn_graph.feed)
+                        for graph_def in (gd, out))
+            np.testing.assert_allclose(got[1], ref[1], rtol=rtol)
+            for a, b, v in zip(ref[2], got[2], variables):
                 np.testing.assert_allclose(b, a, rtol=rtol, atol=atol,
                                            err_msg=f"{k} devices: {v}")
 
