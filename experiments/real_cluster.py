@@ -124,7 +124,8 @@ def analytic_cost_model():
                     placed_with_transfer_cpu=False)
 
 
-def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, config=None):
+def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, config=None,
+                  trace=False):
     """Run several (placed) GraphDefs of one step on ``target``, their steps interleaved.
 
     Each graph gets its own session: ``init``, a first step (graph
@@ -134,6 +135,10 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
     allocator and cache warm-up, clock changes) falls on all of them alike.
     Timing them one after another instead measured identical graphs 1.0-1.4x
     apart on this 2-core machine.
+
+    With ``trace``, each graph then runs one more step, traced, and its dict
+    gets ``busy``: what each device spent on ops and on transfers in it
+    (:func:`fddps.tf.profiling.device_busy`).
 
     Returns
     -------
@@ -168,6 +173,14 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
                 _, loss = sessions[k].run(fetches)
                 out[k]["times"].append(time.perf_counter() - t0)
                 out[k]["loss"] = float(loss)
+        if trace:
+            from fddps.tf.profiling import device_busy
+
+            for sess, o in zip(sessions, out):
+                meta = tf1.RunMetadata()
+                sess.run(fetches, options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
+                         run_metadata=meta)
+                o["busy"] = device_busy(meta)
     finally:
         for sess in sessions:
             sess.close()
@@ -179,14 +192,19 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
 
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
-        enforce_order=False, progress=True, strategies=(), place_transfer_cpu=False):
+        enforce_order=False, progress=True, strategies=(), place_transfer_cpu=False,
+        trace=False):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
     ``algorithms`` are :func:`fddps.place` algorithms (placements and the
     strategy searches, e.g. ``"auto"``, ``"flexflow"``); ``strategies`` names
     :data:`STRATEGIES` run as given (``place(..., strategy=...)``), in rows
     named ``strategy:<name>``. ``place_transfer_cpu``: place with the concurrent-transfer
-    CPU cost in the cost model (the opt-in ``transfer_cpu``), as a diagnostic."""
+    CPU cost in the cost model (the opt-in ``transfer_cpu``), as a diagnostic. ``trace``:
+    one more traced step per placement, so that what each worker's ops took
+    (``measured_ops_w0``, ``_w1``; transfers' nodes ``measured_comm_w0``,
+    ``_w1``) stands beside what the cost model gave them (``predicted_ops_w0``,
+    ``_w1``): how much of the prediction's error is the kernels'."""
     common.tf_quiet()
     import slim_models
     from tqdm.auto import tqdm
@@ -195,6 +213,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     from fddps import Schedule, simulate
     from fddps.algorithms import parse_algorithm
     from fddps.tf import local_cluster, make_cluster
+    from fddps.tf.devices import same_device
 
     rows = []
     t_start = time.perf_counter()
@@ -243,6 +262,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                     continue
                 s = p.schedule
                 ops_per_device = np.bincount(s.device, minlength=2)
+                op_seconds = s.graph.exec_times(p.cluster)[np.arange(s.graph.num_ops), s.device]
+                predicted_ops = np.bincount(s.device, weights=op_seconds, minlength=2)
                 cross = s.device[s.graph.src] != s.device[s.graph.dst]
                 # TF sends a tensor once per (producer, receiving device), as the simulator does.
                 sent = pd.DataFrame({"src": s.graph.src[cross], "to": s.device[s.graph.dst[cross]],
@@ -250,6 +271,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                 row = dict(model=model, batch=batch, algorithm=spec, status="ok",
                            ops=s.graph.num_ops, ops_worker0=int(ops_per_device[0]),
                            ops_worker1=int(ops_per_device[1]),
+                           predicted_ops_w0=predicted_ops[0], predicted_ops_w1=predicted_ops[1],
                            transfers=len(sent), transfer_MB=float(sent.sum() / 1e6),
                            predicted=p.makespan, place_seconds=p.info["place_seconds"],
                            predicted_transfer_cpu=(
@@ -265,6 +287,12 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                                np.nan if enforce_order and p.info.get("order_edges_added")
                                else simulate(s.graph, p.cluster, s.device,
                                              policy="tensorflow").makespan),
+                           # Both: TensorFlow's order with the concurrent-transfer cost.
+                           predicted_tf_order_transfer_cpu=(
+                               np.nan if cpu_cluster is None
+                               or (enforce_order and p.info.get("order_edges_added"))
+                               else simulate(s.graph, cpu_cluster, s.device,
+                                             policy="tensorflow").makespan),
                            order_edges=p.info.get("order_edges_added", 0),
                            ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
                            chosen=str(p.info.get("search", p.info.get("strategy", ""))),
@@ -274,12 +302,18 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
             bar.set_description(f"real cluster {model}: {len(placed)} placements, steps interleaved")
             measured = iter(measure_steps([gd for _, gd in placed if gd is not None], fetches,
                                           m.init_op.name, cluster.target, steps=steps,
-                                          warmup=warmup, config=cluster.session_config()))
+                                          warmup=warmup, config=cluster.session_config(),
+                                          trace=trace))
             for row, gd in placed:
                 if gd is None:  # out of memory: not run
                     rows.append(row)
                     continue
                 got = next(measured)
+                if trace:
+                    for k, dev in enumerate(cluster.devices[:2]):
+                        mine = got["busy"][[same_device(d, dev) for d in got["busy"].device]]
+                        row[f"measured_ops_w{k}"] = float(mine.op_seconds.sum())
+                        row[f"measured_comm_w{k}"] = float(mine.comm_seconds.sum())
                 rows.append(dict(row, measured=got["median"], measured_min=got["min"],
                                  measured_max=got["max"], first_step=got["first_step"],
                                  loss=got["loss"], devices_ran=got["devices_ran"]))
@@ -310,6 +344,8 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                             pred_taskgraph_ms=round(getattr(r, "predicted_expansion", np.nan) * 1e3, 1),
                             pred_tf_ms=round(getattr(r, "predicted_tf_order", np.nan) * 1e3, 1),
                             pred_tf_error=f"{(getattr(r, 'predicted_tf_order', np.nan) - r.measured) / r.measured:+.0%}",
+                            pred_tf_cpu_error=f"{(getattr(r, 'predicted_tf_order_transfer_cpu', np.nan) - r.measured) / r.measured:+.0%}",
+                            **_error_split(r),
                             x_single_measured=f"{single / r.measured:.2f}x",
                             x_single_predicted=f"{single_pred / r.predicted:.2f}x",
                             ops_w0_w1=f"{r.ops_worker0}/{r.ops_worker1}",
@@ -322,29 +358,53 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _error_split(r) -> dict:
+    """With a traced step: the ops' measured and predicted seconds per worker (ms), and
+    how much of the prediction's error (the busier worker's ops, predicted minus
+    measured, over the measured step) the kernels account for; the rest is the
+    transfers, waiting and order."""
+    measured = [getattr(r, f"measured_ops_w{k}", np.nan) for k in (0, 1)]
+    if not np.isfinite(measured).all():
+        return {}
+    predicted = [getattr(r, f"predicted_ops_w{k}") for k in (0, 1)]
+    kernels = (max(predicted) - max(measured)) / r.measured
+    return dict(ops_ms_measured="/".join(f"{x * 1e3:.0f}" for x in measured),
+                ops_ms_predicted="/".join(f"{x * 1e3:.0f}" for x in predicted),
+                error_kernels=f"{kernels:+.0%}",
+                error_rest=f"{(r.predicted - r.measured) / r.measured - kernels:+.0%}")
+
+
 def plot(df: pd.DataFrame, path):
-    """Measured (bars) and predicted (markers) step time per model and algorithm."""
+    """Measured (bars) and predicted (markers) step time per model and algorithm, three models a row."""
     plt = common.matplotlib_agg()
     ok = df[df.status == "ok"]
     models = list(dict.fromkeys(ok.model))
-    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(5.5 * max(1, len(models)), 4), squeeze=False)
-    for ax, model in zip(axes[0], models):
+    cols = min(3, max(1, len(models)))
+    rows = -(-max(1, len(models)) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows + 0.6), squeeze=False)
+    markers = [("predicted", "D", "tab:orange", "predicted (T / 2 per end)"),
+               ("predicted_transfer_cpu", "o", "tab:green",
+                "predicted (CPU cost of concurrent transfers)"),
+               ("predicted_tf_order_transfer_cpu", "^", "tab:red",
+                "predicted (that cost, TensorFlow's executor order)")]
+    for ax, model in zip(axes.flat, models):
         g = ok[ok.model == model]
         x = np.arange(len(g))
-        ax.bar(x, g.measured * 1e3, color="tab:blue", label="measured (median)")
+        ax.bar(x, g.measured * 1e3, color="tab:blue", label="measured (median, min-max)")
         ax.errorbar(x, g.measured * 1e3, yerr=[(g.measured - g.measured_min) * 1e3,
                                                (g.measured_max - g.measured) * 1e3],
                     fmt="none", color="black", lw=0.8)
-        ax.scatter(x, g.predicted * 1e3, marker="D", color="tab:orange", zorder=3,
-                   label="predicted (T / 2 per end)")
-        if "predicted_transfer_cpu" in g and np.isfinite(g.predicted_transfer_cpu).any():
-            ax.scatter(x, g.predicted_transfer_cpu * 1e3, marker="o", color="tab:green", zorder=3,
-                       label="predicted (CPU cost of concurrent transfers)")
+        for column, marker, color, text in markers:
+            if column in g and np.isfinite(g[column]).any():
+                ax.scatter(x, g[column] * 1e3, marker=marker, color=color, zorder=3, label=text)
         ax.set_xticks(x, [label(a) for a in g.algorithm], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("step time (ms)")
         ax.set_title(f"{model} (batch {g.batch.iloc[0]}), 2 workers x 1 core", fontsize=10)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    for ax in list(axes.flat)[len(models):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.6 / (3.8 * rows + 0.6), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -373,6 +433,10 @@ def main(argv=None):
                         help="add control edges so TF runs each worker's ops in the scheduled order")
     parser.add_argument("--out", default=str(common.RESULTS / "real_cluster.csv"))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--trace", action="store_true",
+                        help="one more traced step per placement: each worker's op seconds, "
+                             "measured beside predicted, and the prediction's error split "
+                             "between the kernels and the rest")
     parser.add_argument("--place-with-transfer-cpu", action="store_true",
                         help="place with the CPU cost fitted on concurrent transfers in the cost "
                              "model (a diagnostic: FD-DPS then spreads more)")
@@ -391,7 +455,7 @@ def main(argv=None):
              comm_sizes=(4, 1 << 20, 8 << 20) if args.quick else None,
              comm_repeats=2 if args.quick else 5, enforce_order=args.enforce_order,
              progress=not args.no_progress, strategies=args.strategies,
-             place_transfer_cpu=args.place_with_transfer_cpu)
+             place_transfer_cpu=args.place_with_transfer_cpu, trace=args.trace)
     wall = time.perf_counter() - t0
     first = df.iloc[0]
     print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "
@@ -418,7 +482,11 @@ def main(argv=None):
           "task; for a strategy, the step of the GraphDef it writes); pred_cpu = the same "
           "with the per-transfer CPU cost fitted on concurrent transfers (Cluster.transfer_cpu); "
           "pred_taskgraph = a strategy's task graph, as the searches score it; "
-          "pred_tf = the same as TensorFlow's executor orders it; "
+          "pred_tf = the same as TensorFlow's executor orders it; pred_tf_cpu = both "
+          "(TensorFlow's order, the concurrent-transfer cost); with --trace, ops_ms = the "
+          "seconds each worker's ops took in a traced step, measured and predicted, "
+          "error_kernels = the busier worker's, predicted minus measured, over the measured "
+          "step, error_rest = pred_error minus that (transfers, waiting, order); "
           "x_single = one worker's time / this.")
     with pd.option_context("display.width", 200):
         print(summary(df).to_string(index=False))

@@ -191,7 +191,7 @@ def test_real_cluster_smoke(tmp_path, capsys):
     from experiments import real_cluster
 
     df = real_cluster.main(["--models", "resnet50", "--quick", "--algorithms", "fddps:improve=False",
-                            "--strategies", "data_parallel",
+                            "--strategies", "data_parallel", "--trace",
                             "--no-progress", "--out", str(tmp_path / "rc.csv")])
     text = capsys.readouterr().out
     assert (tmp_path / "rc.png").stat().st_size > 0
@@ -211,6 +211,12 @@ def test_real_cluster_smoke(tmp_path, capsys):
     assert df.cost_model.iloc[0] == "profiled" and df.profile_coverage.iloc[0] > 0.5
     assert "profiled on worker 0" in text and "measured" in text
     assert not df.placed_with_transfer_cpu.any()  # opt-in: --place-with-transfer-cpu
+    # --trace: each worker's ops, measured in a traced step beside the cost model's.
+    assert (dp[["measured_ops_w0", "measured_ops_w1", "predicted_ops_w0", "predicted_ops_w1"]] > 0).all()
+    alone = single.ops_worker1 == 0
+    assert single[f"measured_ops_w{int(alone)}"] == 0 < single[f"measured_ops_w{int(not alone)}"]
+    assert dp.measured_comm_w0 > 0 and dp.measured_comm_w1 > 0
+    assert "error_kernels" in text
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from costmodel import ProfileMismatchError  # noqa: E402
 from fddps.errors import GraphError  # noqa: E402
 from fddps.tf import local_cluster, op_table, place  # noqa: E402
 from fddps.tf.comm_bench import measure_transfers  # noqa: E402
-from fddps.tf.profiling import grappler_origin, profile, step_ops  # noqa: E402
+from fddps.tf.profiling import device_busy, grappler_origin, profile, step_ops  # noqa: E402
 
 tf1 = tf.compat.v1
 
@@ -143,6 +143,40 @@ def test_profile_rejects_bad_fetches_and_step_counts():
         profile(graph=m.graph, fetches=["nope"], progress=False)
     with pytest.raises(ValueError, match="steps >= 1"):
         profile(m, steps=0, progress=False)
+
+
+def test_device_busy_splits_a_traced_steps_time_by_device_and_plumbing():
+    """Two local CPU devices, a MatMul chain on each and a tensor crossing: each device's
+    ops are counted on it; an untraced step is refused."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [256, 256])  # fed, so Grappler folds nothing
+        with tf.device("/device:CPU:0"):
+            a = x
+            for _ in range(4):
+                a = tf.matmul(a, a) * 1e-3
+        with tf.device("/device:CPU:1"):
+            b = x + 1.0
+            for _ in range(4):
+                b = tf.matmul(b, b) * 1e-3
+            out = tf.reduce_sum(a + b)
+    config = tf1.ConfigProto(device_count={"CPU": 2})
+    with tf1.Session(graph=g, config=config) as sess:
+        rm = tf1.RunMetadata()
+        sess.run(out, {x: np.ones((256, 256), np.float32)},
+                 options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE), run_metadata=rm)
+        busy = device_busy(rm).set_index("device")
+        with pytest.raises(GraphError, match="trace_level"):
+            device_busy(tf1.RunMetadata())
+    cpu0 = [d for d in busy.index if d.endswith("CPU:0")]
+    cpu1 = [d for d in busy.index if d.endswith("CPU:1")]
+    assert len(cpu0) == 1 and len(cpu1) == 1
+    # Each device ran its 4 MatMuls and 4 Muls (CPU:1 its Adds and the Sum too).
+    assert busy.ops[cpu0[0]] >= 8 and busy.ops[cpu1[0]] >= 11
+    assert (busy.op_seconds > 0).all()
+    # Inside one process the tensor crossing costs no timed plumbing; between
+    # local_cluster workers it does (test_real_cluster_smoke's --trace).
+    assert (busy.comm_seconds >= 0).all()
 
 
 def test_transfers_between_two_devices_of_one_process_are_fitted():

@@ -182,6 +182,61 @@ def _node_memory(ns, tracked: bool = False) -> float:
     return float(sum(out) + temp)
 
 
+def device_busy(run_metadata) -> pd.DataFrame:
+    """Seconds each device spent on the graph's ops and on cross-device plumbing in one traced step.
+
+    Sums each timed node's end minus start, per device of
+    ``run_metadata.step_stats`` (a step run with ``trace_level=FULL_TRACE``):
+    ``op_seconds`` for the graph's ops, ``comm_seconds`` for ``_Send``/``_Recv``
+    and ``GroupCrossDeviceControlEdges_*``. On a cluster both workers' devices
+    are there, so what a placement's ops took on each can be set beside what
+    the cost model predicted for them.
+
+    Parameters
+    ----------
+    run_metadata : tf.compat.v1.RunMetadata
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per device that ran a timed node: ``device`` (as TensorFlow names
+        it), ``op_seconds``, ``comm_seconds``, ``ops`` (timed op nodes).
+
+    Raises
+    ------
+    GraphError
+        If the metadata holds no step stats (the step was not traced).
+
+    Examples
+    --------
+    >>> import tensorflow as tf                                 # doctest: +SKIP
+    >>> rm = tf.compat.v1.RunMetadata()                         # doctest: +SKIP
+    >>> sess.run(fetch, options=tf.compat.v1.RunOptions(trace_level=3),
+    ...          run_metadata=rm)                               # doctest: +SKIP
+    >>> device_busy(rm)                                         # doctest: +SKIP
+    """
+    stats = run_metadata.step_stats.dev_stats
+    if not stats:
+        raise GraphError("the run metadata has no step stats: run the step with "
+                         "RunOptions(trace_level=FULL_TRACE)")
+    use_nanos = any(ns.all_end_rel_nanos for d in stats for ns in d.node_stats)
+    rows = {}
+    for dev in stats:
+        row = rows.setdefault(dev.device, dict(device=dev.device, op_seconds=0.0,
+                                               comm_seconds=0.0, ops=0))
+        for ns in dev.node_stats:
+            if ns.node_name in _PSEUDO_NODES:
+                continue
+            sec = _node_seconds(ns, use_nanos)
+            if _is_comm(ns):
+                row["comm_seconds"] += sec
+            else:
+                row["op_seconds"] += sec
+                row["ops"] += 1
+    return pd.DataFrame([r for r in rows.values() if r["ops"] or r["comm_seconds"]],
+                        columns=["device", "op_seconds", "comm_seconds", "ops"])
+
+
 def _fused_members(root, executed_inputs, graph_inputs, executed, step_set, max_depth=6):
     """GraphDef ops absorbed by the executed node ``root``: its untimed ancestors
     up to (not including) the nodes the fused node reads."""
