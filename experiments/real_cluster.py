@@ -31,6 +31,7 @@ Usage::
     python -m experiments.real_cluster                        # Inception-V3 and ResNet-50, batch 8 (~8 min)
     python -m experiments.real_cluster --models resnet50 --batch 2 --steps 2 --algorithms fddps
     python -m experiments.real_cluster --enforce-order        # make TF follow the scheduled order
+    python -m experiments.real_cluster --strategies data_parallel --trace   # + each worker's op seconds
 """
 
 from __future__ import annotations
