@@ -37,6 +37,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gzip
+import pickle
 import statistics
 import sys
 import time
@@ -194,7 +196,7 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
         enforce_order=False, progress=True, strategies=(), place_transfer_cpu=False,
-        trace=False):
+        trace=False, save_schedules=None):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
     ``algorithms`` are :func:`fddps.place` algorithms (placements and the
@@ -205,7 +207,16 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     one more traced step per placement, so that what each worker's ops took
     (``measured_ops_w0``, ``_w1``; transfers' nodes ``measured_comm_w0``,
     ``_w1``) stands beside what the cost model gave them (``predicted_ops_w0``,
-    ``_w1``): how much of the prediction's error is the kernels'."""
+    ``_w1``): how much of the prediction's error is the kernels'.
+    ``save_schedules``: a path (``.pkl.gz``) to keep, per placement run, its
+    row and what it was predicted from (``graph``, ``device``, ``order``,
+    ``cluster``, ``cpu_cluster``: the concurrent-transfer one, or None; with
+    ``trace``, ``busy``), so that another transfer model can be replayed
+    against the measured steps without the cluster::
+
+        saved = pickle.load(gzip.open(path))
+        fddps.Schedule.from_order(r["graph"], my_cluster, r["device"], r["order"]).makespan
+    """
     common.tf_quiet()
     import slim_models
     from tqdm.auto import tqdm
@@ -216,7 +227,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     from fddps.tf import local_cluster, make_cluster
     from fddps.tf.devices import same_device
 
-    rows = []
+    rows, kept = [], []
     t_start = time.perf_counter()
     with local_cluster(2, threads_per_worker=1) as cluster:
         started = time.perf_counter() - t_start
@@ -298,6 +309,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
                            chosen=str(p.info.get("search", p.info.get("strategy", ""))),
                            message="", **facts)
+                row["_saved"] = dict(graph=s.graph, device=s.device, order=s.order,
+                                     cluster=p.cluster, cpu_cluster=cpu_cluster)
                 placed.append((row, p.graph_def))
                 bar.update()
             bar.set_description(f"real cluster {model}: {len(placed)} placements, steps interleaved")
@@ -310,6 +323,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                     rows.append(row)
                     continue
                 got = next(measured)
+                saved = row.pop("_saved")
                 if trace:
                     for k, dev in enumerate(cluster.devices[:2]):
                         mine = got["busy"][[same_device(d, dev) for d in got["busy"].device]]
@@ -318,9 +332,15 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                 rows.append(dict(row, measured=got["median"], measured_min=got["min"],
                                  measured_max=got["max"], first_step=got["first_step"],
                                  loss=got["loss"], devices_ran=got["devices_ran"]))
+                if save_schedules:
+                    kept.append(dict(saved, row=rows[-1], busy=got.get("busy")))
         bar.close()
     df = pd.DataFrame(rows)
     df.attrs["cluster_start_seconds"] = started
+    if save_schedules:
+        common.ensure_parent(save_schedules)
+        with gzip.open(save_schedules, "wb") as f:
+            pickle.dump(kept, f)
     return df
 
 
@@ -434,6 +454,9 @@ def main(argv=None):
                         help="add control edges so TF runs each worker's ops in the scheduled order")
     parser.add_argument("--out", default=str(common.RESULTS / "real_cluster.csv"))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--save-schedules", default=None, metavar="PATH.pkl.gz",
+                        help="keep every placement's graph, devices, order, clusters and "
+                             "measured row, to replay other transfer models offline")
     parser.add_argument("--trace", action="store_true",
                         help="one more traced step per placement: each worker's op seconds, "
                              "measured beside predicted, and the prediction's error split "
@@ -456,7 +479,8 @@ def main(argv=None):
              comm_sizes=(4, 1 << 20, 8 << 20) if args.quick else None,
              comm_repeats=2 if args.quick else 5, enforce_order=args.enforce_order,
              progress=not args.no_progress, strategies=args.strategies,
-             place_transfer_cpu=args.place_with_transfer_cpu, trace=args.trace)
+             place_transfer_cpu=args.place_with_transfer_cpu, trace=args.trace,
+             save_schedules=args.save_schedules)
     wall = time.perf_counter() - t0
     first = df.iloc[0]
     print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "

@@ -192,6 +192,7 @@ def test_real_cluster_smoke(tmp_path, capsys):
 
     df = real_cluster.main(["--models", "resnet50", "--quick", "--algorithms", "fddps:improve=False",
                             "--strategies", "data_parallel", "--trace",
+                            "--save-schedules", str(tmp_path / "rc.pkl.gz"),
                             "--no-progress", "--out", str(tmp_path / "rc.csv")])
     text = capsys.readouterr().out
     assert (tmp_path / "rc.png").stat().st_size > 0
@@ -217,6 +218,20 @@ def test_real_cluster_smoke(tmp_path, capsys):
     assert single[f"measured_ops_w{int(alone)}"] == 0 < single[f"measured_ops_w{int(not alone)}"]
     assert dp.measured_comm_w0 > 0 and dp.measured_comm_w1 > 0
     assert "error_kernels" in text
+    # --save-schedules: each placement replays offline to the very predictions it had.
+    import gzip
+    import pickle
+
+    from fddps import Schedule
+
+    saved = pickle.load(gzip.open(tmp_path / "rc.pkl.gz"))
+    assert [r["row"]["algorithm"] for r in saved] == list(df.algorithm)
+    for r in saved:
+        for cluster, column in ((r["cluster"], "predicted"),
+                                (r["cpu_cluster"], "predicted_transfer_cpu")):
+            replayed = Schedule.from_order(r["graph"], cluster, r["device"], r["order"]).makespan
+            assert replayed == pytest.approx(r["row"][column], rel=1e-9)
+        assert r["busy"].op_seconds.sum() > 0
 
 
 @pytest.mark.slow
