@@ -193,6 +193,16 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
     return out
 
 
+def _tf_order(schedule, cluster, enforced) -> float:
+    """The schedule's step in TensorFlow's own executor order on ``cluster``; NaN when
+    order edges enforce the scheduled order, or without that cluster."""
+    from fddps import simulate
+
+    if cluster is None or enforced:
+        return np.nan
+    return simulate(schedule.graph, cluster, schedule.device, policy="tensorflow").makespan
+
+
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
         enforce_order=False, progress=True, strategies=(), place_transfer_cpu=False,
@@ -222,7 +232,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     from tqdm.auto import tqdm
 
     import fddps
-    from fddps import Schedule, simulate
+    from fddps import Schedule
     from fddps.algorithms import parse_algorithm
     from fddps.tf import local_cluster, make_cluster
     from fddps.tf.devices import same_device
@@ -254,7 +264,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
             elif np.isfinite(facts["cpu_transfer_latency"]):
                 cpu_cluster = make_cluster(cluster.devices, cm).with_transfer_cpu(
                     facts["cpu_transfer_latency"], facts["cpu_transfer_bandwidth"])
-            placed = []  # (row, graph_def) of every placement, measured together below
+            placed = []  # (row, graph_def, saved) of every placement, measured together below
             for spec in specs:
                 bar.set_description(f"real cluster {model}: {spec}")
                 step_fetches = [m.train_op.name, m.loss.op.name]
@@ -269,10 +279,11 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                                         fetches=step_fetches, enforce_order=enforce_order, **options)
                 except fddps.InfeasibleError as e:
                     placed.append((dict(model=model, batch=batch, algorithm=spec, status="OOM",
-                                        message=str(e), **facts), None))
+                                        message=str(e), **facts), None, None))
                     bar.update()
                     continue
                 s = p.schedule
+                enforced = bool(enforce_order and p.info.get("order_edges_added"))
                 ops_per_device = np.bincount(s.device, minlength=2)
                 op_seconds = s.graph.exec_times(p.cluster)[np.arange(s.graph.num_ops), s.device]
                 predicted_ops = np.bincount(s.device, weights=op_seconds, minlength=2)
@@ -295,35 +306,27 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            # TensorFlow's own order on one inter-op thread per worker
                            # (depth first; ops readied by a received tensor wait
                            # behind local work): what runs without order edges.
-                           predicted_tf_order=(
-                               np.nan if enforce_order and p.info.get("order_edges_added")
-                               else simulate(s.graph, p.cluster, s.device,
-                                             policy="tensorflow").makespan),
+                           predicted_tf_order=_tf_order(s, p.cluster, enforced),
                            # Both: TensorFlow's order with the concurrent-transfer cost.
-                           predicted_tf_order_transfer_cpu=(
-                               np.nan if cpu_cluster is None
-                               or (enforce_order and p.info.get("order_edges_added"))
-                               else simulate(s.graph, cpu_cluster, s.device,
-                                             policy="tensorflow").makespan),
+                           predicted_tf_order_transfer_cpu=_tf_order(s, cpu_cluster, enforced),
                            order_edges=p.info.get("order_edges_added", 0),
                            ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
                            chosen=str(p.info.get("search", p.info.get("strategy", ""))),
                            message="", **facts)
-                row["_saved"] = dict(graph=s.graph, device=s.device, order=s.order,
-                                     cluster=p.cluster, cpu_cluster=cpu_cluster)
-                placed.append((row, p.graph_def))
+                saved = dict(graph=s.graph, device=s.device, order=s.order,
+                             cluster=p.cluster, cpu_cluster=cpu_cluster)
+                placed.append((row, p.graph_def, saved))
                 bar.update()
             bar.set_description(f"real cluster {model}: {len(placed)} placements, steps interleaved")
-            measured = iter(measure_steps([gd for _, gd in placed if gd is not None], fetches,
+            measured = iter(measure_steps([gd for _, gd, _ in placed if gd is not None], fetches,
                                           m.init_op.name, cluster.target, steps=steps,
                                           warmup=warmup, config=cluster.session_config(),
                                           trace=trace))
-            for row, gd in placed:
+            for row, gd, saved in placed:
                 if gd is None:  # out of memory: not run
                     rows.append(row)
                     continue
                 got = next(measured)
-                saved = row.pop("_saved")
                 if trace:
                     for k, dev in enumerate(cluster.devices[:2]):
                         mine = got["busy"][[same_device(d, dev) for d in got["busy"].device]]

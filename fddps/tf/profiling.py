@@ -149,6 +149,11 @@ def _is_comm(ns) -> bool:
             or ns.timeline_label.startswith(("[_Send", "[_Recv")))
 
 
+def _uses_nanos(step_stats) -> bool:
+    """Whether the trace's times are in nanoseconds (newer runtimes) or only microseconds."""
+    return any(ns.all_end_rel_nanos for d in step_stats.dev_stats for ns in d.node_stats)
+
+
 def _node_seconds(ns, use_nanos: bool) -> float:
     if use_nanos:
         return ns.all_end_rel_nanos * 1e-9
@@ -219,7 +224,7 @@ def device_busy(run_metadata) -> pd.DataFrame:
     if not stats:
         raise GraphError("the run metadata has no step stats: run the step with "
                          "RunOptions(trace_level=FULL_TRACE)")
-    use_nanos = any(ns.all_end_rel_nanos for d in stats for ns in d.node_stats)
+    use_nanos = _uses_nanos(run_metadata.step_stats)
     rows = {}
     for dev in stats:
         row = rows.setdefault(dev.device, dict(device=dev.device, op_seconds=0.0,
@@ -359,8 +364,7 @@ def profile(model=None, *, graph=None, fetches=None, init=None, steps: int = 10,
                     for pg in rm.partition_graphs:
                         for node in pg.node:
                             partition[node.name] = node
-                use_nanos = any(ns.all_end_rel_nanos for d in rm.step_stats.dev_stats
-                                for ns in d.node_stats)
+                use_nanos = _uses_nanos(rm.step_stats)
                 times = defaultdict(float)
                 spans, idle = [], 0.0
                 comm_step = 0.0
