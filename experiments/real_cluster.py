@@ -32,6 +32,7 @@ Usage::
     python -m experiments.real_cluster --models resnet50 --batch 2 --steps 2 --algorithms fddps
     python -m experiments.real_cluster --enforce-order        # make TF follow the scheduled order
     python -m experiments.real_cluster --strategies data_parallel --trace   # + each worker's op seconds
+    python -m experiments.real_cluster --models resnet50 --batch 32 --strategies head_data_parallel
 """
 
 from __future__ import annotations
@@ -50,16 +51,99 @@ from . import common
 from .common import DEFAULT_ALGORITHMS, label
 
 DEFAULT_MODELS = ("inception_v3", "resnet50")
-#: Strategies of the strategy layer (``fddps.strategy``), run with ``place(..., strategy=...)``.
-STRATEGIES = ("data_parallel", "parameter_split", "mixed")
+#: Strategies run with ``place(..., strategy=...)``: those of the strategy layer
+#: (``fddps.strategy``) and ``head_data_parallel``, written here for the networks of
+#: :data:`TAIL_SCOPES`.
+STRATEGIES = ("data_parallel", "parameter_split", "mixed", "head_data_parallel")
+
+#: Per network, the scopes :func:`head_data_parallel` keeps whole on the last worker:
+#: the layers whose weights outweigh their activations at CIFAR size, and the loss.
+_LOSS_SCOPES = ("softmax_cross_entropy_with_logits", "cross_entropy")
+TAIL_SCOPES = {
+    "resnet50": ("block4", "pool5", "logits", "SpatialSqueeze") + _LOSS_SCOPES,
+    "resnet200": ("block4", "postnorm", "pool5", "logits", "SpatialSqueeze") + _LOSS_SCOPES,
+    "vgg16": ("flatten", "fc6", "Relu", "dropout6", "fc7", "Relu_1", "dropout7", "fc8")
+    + _LOSS_SCOPES,
+}
+
+
+def _scope(name: str) -> str:
+    """The layer an op belongs to: its name's second component, for a gradient op that
+    of its forward op (``gradients/resnet_v1_50/pool5_grad/...``: ``pool5``)."""
+    parts = name.split("/")
+    if parts[0] == "gradients":
+        parts = parts[1:]
+    return parts[1].removesuffix("_grad") if len(parts) > 1 else ""
+
+
+def head_data_parallel(step, devices, scopes):
+    """Data parallelism for a network's head, its weight-heavy tail whole on one device.
+
+    Krizhevsky's "one weird trick" (data parallel where activations dominate, one
+    copy of the layers whose weights dominate), the whole-op flavour of
+    ``fddps.strategy.mixed``: the ops of the layers named by ``scopes`` (an op's
+    :func:`_scope`, or its colocation group's: the forward ops, their gradients,
+    variables and updates), and every whole op fed by them and by no variable
+    elsewhere (a tail weight's decay and its gradient's sum, which go where their
+    first tail input is), run whole; the rest as :func:`fddps.strategy.data_parallel`.
+
+    Parameters
+    ----------
+    step : StepGraph
+    devices : sequence of str
+    scopes : sequence of str, or mapping of str -> int
+        The tail's layers, all on ``devices[-1]``; or each with the index of its device.
+
+    Raises
+    ------
+    ValueError
+        When no op of the step is in ``scopes``.
+    """
+    from fddps.strategy import OpConfig, Strategy, data_parallel
+
+    if not isinstance(scopes, dict):
+        scopes = dict.fromkeys(scopes, len(devices) - 1)
+    configs = dict(data_parallel(step, devices).configs)
+    home = {}  # tail op -> device index
+    for n, op in step.ops.items():
+        scope = _scope(op.group) if op.group is not None and _scope(op.group) in scopes else _scope(n)
+        if scope in scopes:
+            home[n] = scopes[scope]
+    if not home:
+        raise ValueError(f"head_data_parallel: no op of the step is in scopes {list(scopes)}")
+    groups = {}
+    for n, op in step.ops.items():
+        if op.group is not None:
+            groups.setdefault(op.group, []).append(n)
+    grew = True
+    while grew:
+        size = len(home)
+        for n, op in step.ops.items():
+            sources = [s for s, _ in op.inputs]
+            fed = [s for s in sources if s in home]
+            if (n not in home and configs[n].num_parts == 1 and fed
+                    and not any(step.ops[s].tied and s not in home for s in sources)):
+                home[n] = home[fed[0]]
+        for members in groups.values():  # a colocation group runs in one place
+            placed = [m for m in members if m in home]
+            if placed and len(placed) < len(members) and all(
+                    m in home or configs[m].num_parts == 1 for m in members):
+                home.update(dict.fromkeys(members, home[placed[0]]))
+        grew = len(home) > size
+    for n, k in home.items():
+        configs[n] = OpConfig({}, (devices[k],))
+    return Strategy(configs, devices[0], name="head data parallel")
 
 
 def _strategy(name, m, devices, fetches):
-    """The named strategy of ``fddps.strategy`` for model ``m``'s step on ``devices``."""
+    """The named strategy (:data:`STRATEGIES`) for model ``m``'s step on ``devices``."""
     from fddps import strategy as strategies
     from fddps.tf.strategy_graph import step_graph
 
-    return getattr(strategies, name)(step_graph(m.graph_def, fetches), list(devices))
+    step = step_graph(m.graph_def, fetches)
+    if name == "head_data_parallel":
+        return head_data_parallel(step, list(devices), TAIL_SCOPES[m.name])
+    return getattr(strategies, name)(step, list(devices))
 
 
 def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeats=5, progress=True,
@@ -268,6 +352,12 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
             for spec in specs:
                 bar.set_description(f"real cluster {model}: {spec}")
                 step_fetches = [m.train_op.name, m.loss.op.name]
+                if spec == "strategy:head_data_parallel" and model not in TAIL_SCOPES:
+                    placed.append((dict(model=model, batch=batch, algorithm=spec, status="n/a",
+                                        message=f"written for {', '.join(TAIL_SCOPES)} only",
+                                        **facts), None, None))
+                    bar.update()
+                    continue
                 try:
                     if spec.startswith("strategy:"):
                         st = _strategy(spec.split(":", 1)[1], m, cluster.devices, step_fetches)
@@ -323,7 +413,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                                           warmup=warmup, config=cluster.session_config(),
                                           trace=trace))
             for row, gd, saved in placed:
-                if gd is None:  # out of memory: not run
+                if gd is None:  # out of memory, or a strategy not written for the network: not run
                     rows.append(row)
                     continue
                 got = next(measured)
@@ -452,7 +542,8 @@ def main(argv=None):
                              "transfers of 3 sizes x 2 repeats")
     parser.add_argument("--strategies", nargs="*", default=[], choices=STRATEGIES,
                         help="strategies to run as given, besides the algorithms (e.g. "
-                             "data_parallel parameter_split mixed)")
+                             "data_parallel parameter_split mixed; head_data_parallel: "
+                             "ResNets and VGG-16 only, 'n/a' for the others)")
     parser.add_argument("--enforce-order", action="store_true",
                         help="add control edges so TF runs each worker's ops in the scheduled order")
     parser.add_argument("--out", default=str(common.RESULTS / "real_cluster.csv"))
