@@ -495,7 +495,11 @@ def plot(df: pd.DataFrame, path):
     models = list(dict.fromkeys(ok.model))
     cols = min(3, max(1, len(models)))
     rows = -(-max(1, len(models)) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows + 0.6), squeeze=False)
+    # The legend's four entries in one row need three panels' width; else two a row.
+    legend_rows = 1 if cols >= 3 else 2
+    legend_height = 0.35 * legend_rows + 0.25
+    fig, axes = plt.subplots(rows, cols, figsize=(max(5.5 * cols, 8.0), 3.8 * rows + legend_height),
+                             squeeze=False)
     markers = [("predicted", "D", "tab:orange", "predicted (T / 2 per end)"),
                ("predicted_transfer_cpu", "o", "tab:green",
                 "predicted (CPU cost of concurrent transfers)"),
@@ -517,8 +521,9 @@ def plot(df: pd.DataFrame, path):
     for ax in list(axes.flat)[len(models):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.6 / (3.8 * rows + 0.6), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=-(-len(labels) // legend_rows), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, legend_height / (3.8 * rows + legend_height), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
