@@ -298,9 +298,10 @@ def test_head_data_parallel_computes_what_the_network_computes(name):
     # ResNet-50's float32 step at batch 8 is chaotic (one ulp at the input moves the
     # next loss by 20-40%: experiments.strategy_equality), so the variables are
     # compared in float64, where reordered sums cannot hide a mistake; the step's
-    # own loss in float32 too.
+    # own loss in float32 too, at 1e-4 (7e-6 alone, 2.4e-5 measured in the suite,
+    # where earlier TensorFlow tests' thread pools reorder the reference's sums).
     (want, _), (have, _) = _train(model.graph_def, model), _train(gd, model)
-    np.testing.assert_allclose(have[0], want[0], rtol=1e-5)
+    np.testing.assert_allclose(have[0], want[0], rtol=1e-4)
     (want, want_vars), (have, have_vars) = (_train(as_float64(g), model)
                                             for g in (model.graph_def, gd))
     np.testing.assert_allclose(have, want, rtol=1e-9)
