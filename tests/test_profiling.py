@@ -177,6 +177,13 @@ def test_device_busy_splits_a_traced_steps_time_by_device_and_plumbing():
     # Inside one process the tensor crossing costs no timed plumbing; between
     # local_cluster workers it does (test_real_cluster_smoke's --trace).
     assert (busy.comm_seconds >= 0).all()
+    # A worker's trace also records each gRPC fetch (RecvTensor, in a device entry
+    # of its own, timed while the call was outstanding): neither op nor plumbing.
+    rpc = rm.step_stats.dev_stats.add(device=busy.index[0])
+    rpc.node_stats.add(node_name="RecvTensor", all_start_micros=1, all_end_rel_micros=10**6,
+                       all_end_rel_nanos=10**9, timeline_label="[1024B] edge_1_x from /job:w/task:1")
+    again = device_busy(rm).set_index("device")
+    pd.testing.assert_frame_equal(again, busy)
 
 
 def test_transfers_between_two_devices_of_one_process_are_fitted():

@@ -58,6 +58,9 @@ GRAPPLER_SCOPES = ("ConstantFolding", "ArithmeticOptimizer", "LayoutOptimizer", 
                    "CommonSubgraphElimination", "ShapeOptimizer", "AutoParallel", "Mkl")
 #: Step-stats pseudo nodes that are no op of any graph.
 _PSEUDO_NODES = frozenset({"_SOURCE", "_SINK"})
+#: What a worker's trace records for each tensor it fetched over gRPC, in a device
+#: entry of its own: how long the call was outstanding, not time the device spent.
+_RPC_NODES = frozenset({"RecvTensor"})
 #: Op types the runtime adds to move tensors between devices.
 _COMM_TYPES = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 
@@ -195,7 +198,8 @@ def device_busy(run_metadata) -> pd.DataFrame:
     ``op_seconds`` for the graph's ops, ``comm_seconds`` for ``_Send``/``_Recv``
     and ``GroupCrossDeviceControlEdges_*``. On a cluster both workers' devices
     are there, so what a placement's ops took on each can be set beside what
-    the cost model predicted for them.
+    the cost model predicted for them. A worker's ``RecvTensor`` records (how
+    long each gRPC fetch was outstanding, waiting included) are neither.
 
     Parameters
     ----------
@@ -230,7 +234,7 @@ def device_busy(run_metadata) -> pd.DataFrame:
         row = rows.setdefault(dev.device, dict(device=dev.device, op_seconds=0.0,
                                                comm_seconds=0.0, ops=0))
         for ns in dev.node_stats:
-            if ns.node_name in _PSEUDO_NODES:
+            if ns.node_name in _PSEUDO_NODES or ns.node_name in _RPC_NODES:
                 continue
             sec = _node_seconds(ns, use_nanos)
             if _is_comm(ns):
