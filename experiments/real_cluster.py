@@ -106,7 +106,9 @@ def head_data_parallel(step, devices, scopes):
     configs = dict(data_parallel(step, devices).configs)
     home = {}  # tail op -> device index
     for n, op in step.ops.items():
-        scope = _scope(op.group) if op.group is not None and _scope(op.group) in scopes else _scope(n)
+        # A variable's ops go by the variable's layer (its decay's read is in loss/...).
+        scope = _scope(op.group) if op.group is not None else ""
+        scope = scope if scope in scopes else _scope(n)
         if scope in scopes:
             home[n] = scopes[scope]
     if not home:

@@ -307,7 +307,6 @@ def test_head_data_parallel_computes_what_the_network_computes(name):
     np.testing.assert_allclose(have, want, rtol=1e-9)
     for v, a, b in zip(model.trainable_variables, want_vars, have_vars):
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-11, err_msg=v.name)
-    by_name = {n.name: n for n in gd.node}
     # The tail runs whole on the last device: its layers' weights, their
     # convolutions or MatMuls and their gradients; the head is split over all four.
     last = "fc7" if name == "vgg16" else "block4"
@@ -315,6 +314,6 @@ def test_head_data_parallel_computes_what_the_network_computes(name):
             and n.op in ("VarHandleOp", "MatMul", "Conv2D", "Conv2DBackpropFilter")]
     assert tail and {n.device for n in tail} == {CPUS[-1]}
     assert not any("/fddps_part_" in n.name for n in tail)
-    assert {n.device for n in by_name.values() if "/fddps_part_" in n.name} == set(CPUS)
+    assert {n.device for n in gd.node if "/fddps_part_" in n.name} == set(CPUS)
     with pytest.raises(ValueError, match="no op of the step is in scopes"):
         head_data_parallel(step, CPUS, ("no_such_layer",))
