@@ -223,9 +223,20 @@ def _train(gd, model, steps=1):
 
 
 def _check_strategies(name, batch, strategies, image_size=None, rtol=1e-5):
+    """Each strategy's rewritten step equals the unsplit one: in float64 always (loss
+    during and after the step, every variable, to 1e-9); in float32 too, at ``rtol``,
+    where float32 can decide it.
+
+    A batch-norm network's float32 step at these batch sizes is chaotic (one input ulp
+    moves ResNet-50's next loss and momentum slots by up to 13x their own size:
+    ``experiments.strategy_equality``), so there only the loss *during* the first
+    step (before any update) is compared in float32; what the update computes is
+    decided in float64.
+    """
     from slim_models.training import build_training_graph
 
     model = build_training_graph(name, batch, dataset="cifar10", image_size=image_size)
+    chaotic = any(n.op.startswith("FusedBatchNorm") for n in model.graph_def.node)
     fetches = [model.train_op.name, model.loss.name]
     before = tf.compat.v1.GraphDef()
     before.CopyFrom(model.graph_def)
@@ -236,10 +247,13 @@ def _check_strategies(name, batch, strategies, image_size=None, rtol=1e-5):
         strategy = make(step, CPUS)
         gd = rewrite_strategy(model.graph_def, strategy, fetches, CPUS)
         loss, got = _train(gd, model)
-        np.testing.assert_allclose(loss, ref_loss, rtol=rtol, err_msg=strategy.name)
-        for v, want, have in zip(model.trainable_variables, ref_vars, got):
-            np.testing.assert_allclose(have, want, rtol=rtol, atol=1e-6,
-                                       err_msg=f"{strategy.name}: {v.name}")
+        if chaotic:
+            np.testing.assert_allclose(loss[0], ref_loss[0], rtol=rtol, err_msg=strategy.name)
+        else:
+            np.testing.assert_allclose(loss, ref_loss, rtol=rtol, err_msg=strategy.name)
+            for v, want, have in zip(model.trainable_variables, ref_vars, got):
+                np.testing.assert_allclose(have, want, rtol=rtol, atol=1e-6,
+                                           err_msg=f"{strategy.name}: {v.name}")
         # In float64, where reordered sums cannot hide a mistake (fddps.tf.float64).
         loss, got = _train(as_float64(gd), model)
         np.testing.assert_allclose(loss, ref64_loss, rtol=1e-9, err_msg=strategy.name)
@@ -433,11 +447,10 @@ def test_data_parallel_runs_across_two_local_cluster_workers():
 
 @pytest.mark.slow
 def test_resnet50_step_under_channel_split_matches_unsplit():
-    # 5e-5: the second step's loss, after an update, carries the first step's
-    # reordered sums through 50 layers of batch norm (1.6e-5 measured when the
-    # suite runs it after other TensorFlow tests, whose thread pools change the
-    # summation order; 1e-5 alone). Every op type is checked at 1e-5 above.
-    _check_strategies("resnet50", 8, [parameter_split], rtol=5e-5)
+    # The second step's float32 loss was compared at 5e-5 here and measured 1.3e-4
+    # (1.6e-4 alone) on an AMD EPYC: batch norm makes the update chaotic in
+    # float32, so everything after the first step's loss is checked in float64.
+    _check_strategies("resnet50", 8, [parameter_split])
 
 
 @pytest.mark.slow
