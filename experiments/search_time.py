@@ -8,10 +8,20 @@ alone: ``peak_mb`` is the growth of the process's maximum resident set size
 during the search (the graph is built before). The growth exponent is the
 slope of log(time) against log(ops + edges): 1 is linear.
 
+``--saga``: the same graph, scheduled in the same process by SAGA's HEFT
+(``saga.schedulers.HeftScheduler``, the ``anrg-saga`` package, 2.0: a widely
+used pure-Python implementation) and by fddps, each timed, with the ratio of
+their seconds and makespans. SAGA has no link latency and no colocation or
+memory constraints, so for this comparison the cluster has no latency and the
+graph's colocation groups and memory are dropped for both. SAGA is not a
+dependency of fddps (it pulls in pygraphviz and z3); install it for this run
+with ``pip install --no-deps anrg-saga pysmt z3-solver pydantic gitpython filelock``.
+
 Usage::
 
     python -m experiments.search_time                        # all algorithms, all sizes
     python -m experiments.search_time --sizes 1000 10000 --algorithms fddps heft
+    python -m experiments.search_time --saga --sizes 2000    # fddps against SAGA's HEFT
 """
 
 from __future__ import annotations
@@ -63,6 +73,60 @@ def measure(algorithm, size, devices=8, seed=0, timeout=600):
     return queue.get()
 
 
+def saga_heft(graph, cluster):
+    """SAGA's HEFT on ``graph``: ``(seconds, makespan)``.
+
+    Device ``k`` becomes a SAGA node of speed ``1 / time-factor`` (every op of
+    a homogeneous cluster costs ``graph.cost[i]`` there), each link a SAGA edge
+    of the cluster's bandwidth; an edge's size is its bytes.
+
+    Raises
+    ------
+    ImportError
+        If SAGA is not installed (see the module notes).
+    """
+    from saga import Network, TaskGraph
+    from saga.schedulers import HeftScheduler
+
+    et = graph.exec_times(cluster)
+    names = [str(n) for n in graph.names]
+    tasks = TaskGraph.create([(names[i], float(et[i, 0])) for i in range(graph.num_ops)],
+                             [(names[a], names[b], float(nb)) for a, b, nb in
+                              zip(graph.src.tolist(), graph.dst.tolist(), graph.bytes.tolist())])
+    devices = [f"d{k}" for k in range(cluster.num_devices)]
+    bandwidth = float(cluster.bandwidth[0, 1]) if cluster.num_devices > 1 else 1.0
+    network = Network.create([(d, 1.0) for d in devices],
+                             [(a, b, bandwidth) for a in devices for b in devices if a < b])
+    t0 = time.perf_counter()
+    schedule = HeftScheduler().schedule(network, tasks)
+    return time.perf_counter() - t0, float(schedule.makespan)
+
+
+def versus_saga(size, devices=8, seed=0, algorithm="fddps"):
+    """fddps's ``algorithm`` and SAGA's HEFT on one training-shaped graph, in this process.
+
+    Returns a dict: ``ops``, ``fddps_s``, ``saga_s``, their makespans and the ratios.
+    """
+    from fddps.generators import training_graph
+    from fddps.graph import OpGraph
+
+    g = training_graph(size, seed=seed)
+    # What SAGA models: costs and bytes, no colocation, no memory.
+    names = list(g.names)
+    graph = OpGraph(names, g.cost[:, 0], [(names[a], names[b], nb) for a, b, nb in
+                                          zip(g.src.tolist(), g.dst.tolist(), g.bytes.tolist())])
+    cluster = fddps.Cluster.homogeneous(devices, bandwidth=10e9, latency=0.0)
+    name, options = parse_algorithm(algorithm)
+    t0 = time.perf_counter()
+    s = fddps.schedule(graph, cluster, algorithm=name, **options)
+    ours = time.perf_counter() - t0
+    s.validate()
+    saga_s, saga_makespan = saga_heft(graph, cluster)
+    return dict(ops=graph.num_ops, edges=graph.num_edges, algorithm=algorithm, fddps_s=ours,
+                saga_heft_s=saga_s, speedup=saga_s / ours, fddps_makespan=s.makespan,
+                saga_heft_makespan=saga_makespan, makespan_ratio=s.makespan / saga_makespan)
+
+
 def growth_exponent(df: pd.DataFrame) -> pd.Series:
     """Per algorithm, the slope of log(seconds) against log(ops + edges)."""
     def slope(g):
@@ -82,7 +146,22 @@ def main(argv=None):
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run before giving up")
     parser.add_argument("--out", default="experiments/results/search_time.csv")
+    parser.add_argument("--saga", action="store_true",
+                        help="time fddps against SAGA's HEFT on each size, in one process")
+    parser.add_argument("--repeats", type=int, default=3, help="with --saga: runs per size")
     args = parser.parse_args(argv)
+    if args.saga:
+        rows = [versus_saga(n, args.devices, seed=r) for n in args.sizes
+                for r in range(args.repeats)]
+        df = pd.DataFrame(rows)
+        print(f"fddps against SAGA's HEFT, {args.devices} devices (10 GB/s, no latency), "
+              f"one process, {args.repeats} graphs per size (seeds 0..{args.repeats - 1}):")
+        with pd.option_context("display.width", 160, "display.precision", 4):
+            print(df.to_string(index=False))
+        out = Path(args.out).with_name("search_time_saga.csv")
+        df.to_csv(out, index=False)
+        print(f"results: {out}")
+        return df
     # "exact" refuses graphs over its max_ops (these start at 1k ops).
     algorithms = args.algorithms or [a for a in fddps.available_algorithms() if a != "exact"] + [
         "fddps:improve=False"]

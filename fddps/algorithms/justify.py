@@ -16,10 +16,22 @@ Ballestin & Quintanilla, EJOR 165, 2005):
 Each pass sends every op to the device where it finishes first (insertion into
 idle gaps allowed, transfers and memory respected), so the constraints are
 those of every other algorithm here. The best schedule seen is kept, so the
-result is never worse than the input. When passes stop improving, the search
-restarts from the input with its finish times perturbed at random (seeded), a
-fixed number of times. Work is bounded by a budget of op placements, and
-stops early once the makespan reaches :func:`fddps.lower_bound`.
+result is never worse than the input.
+
+It refines only while it pays. On graphs of up to ``small_graph_ops`` ops,
+where a pass costs milliseconds, a descent ends after ``max_stale`` passes
+without improvement, and the search then restarts from the input with its
+finish times perturbed at random (seeded), a fixed number of times: that is
+what closes the last tenths of a percent on the Standard Task Graph Set
+(ending at the first pass gaining under 0.1% there moved its mean ratio from
+1.0009 to 1.0013). On larger graphs each pass costs two list passes of
+thousands of ops and the gains after the first few are hundredths of a
+percent (a 2,000-op ``training_graph`` on 8 devices: 0.40%, 0.07%, then 0.15%
+over 17 more passes and restarts; on 4 devices 0.9%, 0.9%, 0.19%, then
+nothing): there the first pass that shortens the best makespan by less than
+``min_gain`` of it ends the refinement, without restarts. Work is bounded by
+a budget of op placements, and stops early once the makespan reaches
+:func:`fddps.lower_bound`.
 """
 
 from __future__ import annotations
@@ -31,7 +43,8 @@ from .base import PlacementState, list_schedule
 
 
 def forward_backward_improve(graph, cluster, start, finish, makespan, *, budget=200_000,
-                             restarts=10, max_stale=2, noise=0.1, seed=0, exec_time=None):
+                             restarts=10, max_stale=2, noise=0.1, seed=0, exec_time=None,
+                             min_gain=1e-3, small_graph_ops=1000):
     """Improve a schedule by forward-backward passes; return the best state found, or None.
 
     Parameters
@@ -48,6 +61,13 @@ def forward_backward_improve(graph, cluster, start, finish, makespan, *, budget=
         Perturbed restarts after the first descent stalls.
     max_stale : int
         Passes without improvement before a descent ends.
+    min_gain : float
+        On graphs over ``small_graph_ops`` ops: a pass that shortens the best
+        makespan by less than this fraction of it (or not at all) ends the
+        refinement; what it improved is kept. 0 makes them refine as small ones.
+    small_graph_ops : int
+        Graphs of at most this many ops refine until ``max_stale`` passes
+        stall, with ``restarts`` perturbed restarts.
     noise : float
         Restart perturbation: finish times get uniform noise up to ``noise * makespan``.
     seed : int
@@ -68,7 +88,8 @@ def forward_backward_improve(graph, cluster, start, finish, makespan, *, budget=
     best, best_state = makespan, None
     stats = {"improve_passes": 0, "improvements": 0, "lower_bound_reached": makespan <= bound + tol}
     base_finish = np.asarray(finish, dtype=np.float64)
-    for attempt in range(restarts + 1):
+    small = n <= small_graph_ops or min_gain <= 0
+    for attempt in range(restarts + 1 if small else 1):
         finish_now = base_finish if attempt == 0 else (
             base_finish + rng.uniform(0.0, noise * best, n))
         stale = 0
@@ -82,8 +103,14 @@ def forward_backward_improve(graph, cluster, start, finish, makespan, *, budget=
             finish_now = np.asarray(forward.finish)
             span = float(finish_now.max(initial=0.0))
             if span < best - tol:
+                gain = (best - span) / best
                 best, best_state, stale = span, forward, 0
                 stats["improvements"] += 1
+                if not small and gain < min_gain:
+                    stats["stopped_at_gain"] = gain
+                    break
+            elif not small:  # no gain at all is less than min_gain too
+                break
             else:
                 stale += 1
         if stats["improve_passes"] >= max_passes:
