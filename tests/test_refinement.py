@@ -1,0 +1,45 @@
+"""The forward-backward refinement refines only while it pays (fddps.algorithms.justify)."""
+
+import fddps
+from fddps.algorithms.justify import forward_backward_improve
+from fddps.generators import training_graph
+
+
+def _list_schedule(graph, cluster):
+    s = fddps.schedule(graph, cluster, algorithm="fddps", improve=False)
+    return s.start, s.finish, s.makespan
+
+
+def test_large_graphs_stop_at_the_first_pass_that_gains_less_than_min_gain():
+    graph = training_graph(300, seed=3)
+    cluster = fddps.Cluster.homogeneous(4, bandwidth=10e9, latency=1e-5)
+    start, finish, makespan = _list_schedule(graph, cluster)
+    # As a graph above small_graph_ops: no restarts, the descent stops paying early.
+    big, big_stats = forward_backward_improve(graph, cluster, start, finish, makespan,
+                                              budget=10**6, min_gain=1e-3, small_graph_ops=100)
+    # As a small graph: stalls end descents, then perturbed restarts.
+    small, small_stats = forward_backward_improve(graph, cluster, start, finish, makespan,
+                                                  budget=10**6, small_graph_ops=1000)
+    assert big_stats["improve_passes"] < small_stats["improve_passes"]
+    # Every pass but the last gained at least min_gain; the last gained less (or nothing).
+    assert big_stats["improve_passes"] in (big_stats["improvements"],
+                                           big_stats["improvements"] + 1)
+    assert big_stats.get("stopped_at_gain", 0.0) < 1e-3
+    best_big = makespan if big is None else max(big.finish)
+    best_small = makespan if small is None else max(small.finish)
+    assert best_small <= best_big <= makespan
+    # min_gain=0 is the small-graph rule at any size.
+    _, zero_stats = forward_backward_improve(graph, cluster, start, finish, makespan,
+                                             budget=10**6, min_gain=0, small_graph_ops=100)
+    assert zero_stats["improve_passes"] == small_stats["improve_passes"]
+
+
+def test_the_refined_schedule_is_valid_and_never_worse():
+    graph = training_graph(1500, seed=1)
+    cluster = fddps.Cluster.homogeneous(4, bandwidth=10e9, latency=1e-5)
+    plain = fddps.schedule(graph, cluster, improve=False, local_search=False)
+    refined = fddps.schedule(graph, cluster)
+    refined.validate()
+    assert refined.makespan <= plain.makespan
+    # The old rule spent its whole budget here: 20 passes (40 * ops placements).
+    assert refined.info["improve_passes"] < 20
