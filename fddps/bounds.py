@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .algorithms.base import bottom_levels
+from .paths import allowed_devices, bottom_levels
 
 
 def lower_bound(graph, cluster) -> float:
@@ -106,8 +106,8 @@ def communication_lower_bound(graph, cluster) -> float:
     Raises
     ------
     InfeasibleError, ClusterError
-        As :class:`~fddps.algorithms.base.PlacementState` (an op no device
-        can run, a pin to an unknown device).
+        As :func:`fddps.paths.allowed_devices` (an op no device can run, a
+        pin to an unknown device).
 
     Examples
     --------
@@ -120,13 +120,11 @@ def communication_lower_bound(graph, cluster) -> float:
     >>> lower_bound(g, c), communication_lower_bound(g, c)
     (3.0, 5.0)
     """
-    from .algorithms.base import PlacementState
-
     if graph.num_ops == 0:
         return 0.0
     n, m = graph.num_ops, cluster.num_devices
-    state = PlacementState(graph, cluster, reserve_transient=False)
-    et, allowed = state.et, state.allowed
+    et = graph.exec_times(cluster)
+    allowed = allowed_devices(graph, cluster, et)
     best = lower_bound(graph, cluster)
     # 2. Work per device type.
     types = [d.type for d in cluster.devices]
@@ -141,8 +139,12 @@ def communication_lower_bound(graph, cluster) -> float:
     reps = {cls[0] for cls in identical_device_classes(graph, cluster, et, allowed,
                                                        keep_singletons=True)}
     lat, inv = cluster.latency, cluster.inv_bandwidth
-    uniform = state.uniform_links
-    lat0, inv0 = state._link if uniform else (0.0, 0.0)
+    # One latency and bandwidth on every link (as PlacementState.uniform_links):
+    # a transfer costs the same whichever devices it joins.
+    off = ~np.eye(m, dtype=bool)
+    uniform = bool(m > 1 and not cluster.transfer_compute.any() and not cluster.shares_links
+                   and np.ptp(lat[off]) == 0 and np.ptp(inv[off]) == 0)
+    lat0, inv0 = (float(lat[off][0]), float(inv[off][0])) if uniform else (0.0, 0.0)
     finish = np.zeros(n)
     pred_ptr, pred_idx, pred_eid = graph.pred_ptr, graph.pred_idx, graph.pred_eid
     for o in graph.topo.tolist():

@@ -144,7 +144,7 @@ def mlp_profile():
 
 def test_tensorflow_allocates_nothing_for_a_variable_read(mlp_profile):
     from fddps.tf import op_table
-    from fddps.tf.place import read_graph_def
+    from fddps.tf.read import read_graph_def
 
     g, train, prof = mlp_profile
     ops = prof.ops.set_index("name")
@@ -232,7 +232,7 @@ def test_predicted_peak_matches_tensorflows_allocator_in_its_own_op_order():
     import subprocess
     import sys
 
-    from fddps.tf.place import read_graph_def
+    from fddps.tf.read import read_graph_def
 
     run = subprocess.run([sys.executable, "-c", _ALLOCATOR_SCRIPT], capture_output=True, text=True,
                          timeout=300)

@@ -97,7 +97,7 @@ def test_parts_are_uneven_like_array_split():
 
 def test_whole_placement_expands_to_the_unsplit_graph(vgg, cm):
     from fddps.simulate import simulate
-    from fddps.tf.place import read_graph_def
+    from fddps.tf.read import read_graph_def
     from slim_models.training import build_training_graph
 
     cluster = cm.cluster(GPUS[:2])

@@ -27,7 +27,8 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
-from ..errors import ClusterError, InfeasibleError, UnknownAlgorithmError
+from ..errors import InfeasibleError, UnknownAlgorithmError
+from ..paths import allowed_devices
 from ..schedule import Schedule
 
 _REGISTRY: dict[str, type] = {}
@@ -435,41 +436,8 @@ class PlacementState:
 
     # -- feasibility --------------------------------------------------------------
     def _allowed_devices(self):
-        """Per op, the devices it may run on ignoring memory (a shared list when all)."""
-        g, c = self.graph, self.cluster
-        finite = np.isfinite(self.et)
-        everywhere = list(range(self.m))
-        allowed = [everywhere] * self.n
-        for i in np.flatnonzero(~finite.all(axis=1)).tolist():
-            devs = np.flatnonzero(finite[i]).tolist()
-            if not devs:
-                raise InfeasibleError(f"op {g.names[i]!r} ({g.op_types[i] or 'unknown type'}) can run "
-                                      f"on no device of the cluster: no cost for types "
-                                      f"{sorted({d.type for d in c.devices})}")
-            allowed[i] = devs
-        for i, dev in g.pinned.items():
-            try:
-                k = c.device_index(dev)
-            except ClusterError:
-                raise ClusterError(f"op {g.names[i]!r} is pinned to {dev!r}, which is not in the "
-                                   f"cluster {list(c.names)}") from None
-            if k not in allowed[i]:
-                raise InfeasibleError(f"op {g.names[i]!r} is pinned to {dev!r}, which cannot run it")
-            allowed[i] = [k]
-        # A colocation group may only use devices every member can run on.
-        if (g.colocation >= 0).any():
-            common: dict[int, set] = {}
-            for i, grp in enumerate(self.group):
-                if grp >= 0 and allowed[i] is not everywhere:
-                    common[grp] = common.get(grp, set(everywhere)) & set(allowed[i])
-            for i, grp in enumerate(self.group):
-                if grp in common:
-                    devs = sorted(common[grp])
-                    if not devs:
-                        raise InfeasibleError(f"op {g.names[i]!r} is colocated with ops that no "
-                                              "single device can run together (pins or kernels)")
-                    allowed[i] = devs
-        return allowed
+        """Per op, the devices it may run on ignoring memory (:func:`fddps.paths.allowed_devices`)."""
+        return allowed_devices(self.graph, self.cluster, self.et)
 
     def _check_memory(self, need):
         total, capacity = float(need.sum()), float(self.cluster.memory.sum())
@@ -734,40 +702,3 @@ def list_schedule(state: PlacementState, priority, insertion: bool = True,
             if waiting[j] == 0:
                 heapq.heappush(ready, (key[j], j))
     return state
-
-
-def bottom_levels(graph, node_cost, edge_cost) -> np.ndarray:
-    """Longest path from each op to an exit, both ends included.
-
-    ``blevel(i) = node_cost[i] + max over successors j of (edge_cost[e(i,j)] + blevel(j))``
-    (HEFT's upward rank). Arrays are indexed by op and by edge id.
-    """
-    blevel = np.asarray(node_cost, dtype=np.float64).copy()
-    bl = blevel.tolist()
-    sp, si, se = graph.succ_ptr.tolist(), graph.succ_idx.tolist(), graph.succ_eid.tolist()
-    ec = np.asarray(edge_cost, dtype=np.float64).tolist()
-    for i in reversed(graph.topo.tolist()):
-        best = 0.0
-        for p in range(sp[i], sp[i + 1]):
-            v = ec[se[p]] + bl[si[p]]
-            if v > best:
-                best = v
-        bl[i] += best
-    return np.asarray(bl)
-
-
-def top_levels(graph, node_cost, edge_cost) -> np.ndarray:
-    """Longest path from an entry to the start of each op (ALAP-free EST, DCP's AEST)."""
-    tl = [0.0] * graph.num_ops
-    nc = np.asarray(node_cost, dtype=np.float64).tolist()
-    pp, pi, pe = graph.pred_ptr.tolist(), graph.pred_idx.tolist(), graph.pred_eid.tolist()
-    ec = np.asarray(edge_cost, dtype=np.float64).tolist()
-    for i in graph.topo.tolist():
-        best = 0.0
-        for p in range(pp[i], pp[i + 1]):
-            j = pi[p]
-            v = tl[j] + nc[j] + ec[pe[p]]
-            if v > best:
-                best = v
-        tl[i] = best
-    return np.asarray(tl)

@@ -74,7 +74,8 @@ import numpy as np
 from ..errors import InfeasibleError
 from ..simulate import fifo_order
 from ..schedule import Schedule
-from .base import PlacementState, Scheduler, bottom_levels, register
+from ..paths import bottom_levels
+from .base import PlacementState, Scheduler, register
 from .heft import topological_position
 
 

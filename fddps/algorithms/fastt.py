@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import (PlacementState, Scheduler, bottom_levels, list_schedule, register,
-                   top_levels)
+from ..paths import bottom_levels, top_levels
+from .base import PlacementState, Scheduler, list_schedule, register
 from .heft import topological_position
 from .split_step import schedule_with_splits
 

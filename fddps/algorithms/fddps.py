@@ -79,7 +79,8 @@ import numpy as np
 from ..bounds import communication_lower_bound
 from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
-from .base import PlacementState, Scheduler, bottom_levels, register
+from ..paths import bottom_levels
+from .base import PlacementState, Scheduler, register
 from .justify import forward_backward_improve
 from .local_search import move_search
 from .single import best_single_device

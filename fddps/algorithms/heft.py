@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PlacementState, Scheduler, bottom_levels, register
+from ..paths import bottom_levels
+from .base import PlacementState, Scheduler, register
 
 
 def upward_rank(state: PlacementState) -> np.ndarray:

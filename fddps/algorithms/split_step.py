@@ -22,7 +22,8 @@ import numpy as np
 from ..errors import InfeasibleError
 from ..graph import OpGraph
 from ..strategy.fddps_splits import SplitDecision, apply_splits
-from .base import PlacementState, bottom_levels, memory_overflow, top_levels
+from ..paths import bottom_levels, top_levels
+from .base import PlacementState, memory_overflow
 
 
 def path_slack(graph: OpGraph, cluster):

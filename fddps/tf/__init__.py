@@ -16,7 +16,9 @@ from .devices import DEFAULT_CPU_MEMORY, make_cluster, normalize_device, parse_d
 from .float64 import as_float64
 from .graphdef import load_graph, op_table
 from .local_cluster import local_cluster
-from .place import Placement, place, read_graph_def
+from .place import place
+from .placement import Placement
+from .read import read_graph_def
 from .functions import StepPlacement, local_cpu_devices, place_step
 
 __all__ = ["place", "Placement", "local_cluster", "read_graph_def", "op_table", "load_graph",

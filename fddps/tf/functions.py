@@ -45,7 +45,8 @@ from ..cluster import Cluster
 from ..errors import ClusterError, FddpsError
 from .devices import device_matches, parse_device
 from .graphdef import _tf
-from .place import Placement, place
+from .place_graph import place_graph
+from .placement import Placement
 
 #: Name scope of the placed graph inside the function that runs it.
 _SCOPE = "placed"
@@ -409,7 +410,7 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
     Returns
     -------
     StepPlacement
-        A :class:`~fddps.tf.place.Placement` whose :meth:`~StepPlacement.train_step`
+        A :class:`~fddps.tf.placement.Placement` whose :meth:`~StepPlacement.train_step`
         (also the placement itself, called) runs the placed step.
 
     Raises
@@ -457,9 +458,9 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
         for node in gd.node:
             if node.name not in sg["placeholders"]:
                 node.device = ""
-    p = place(gd, devices, cost_model, algorithm, memory,
-              fetches=sg["output_names"] + sg["control_names"], enforce_order=enforce_order,
-              unknown_dim=unknown_dim, **options)
+    p = place_graph(gd, devices, cost_model, algorithm, memory,
+                    fetches=sg["output_names"] + sg["control_names"], enforce_order=enforce_order,
+                    unknown_dim=unknown_dim, **options)
     fed = {name.split(":")[0] for name in sg["arg_names"]}
     fed.update(name.split(":")[0] for name, _ in sg["captures"])
     _restore_placeholders(p.graph_def, sg["placeholders"], fed)
@@ -468,7 +469,7 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
 
 
 class StepPlacement(Placement):
-    """A :class:`~fddps.tf.place.Placement` of a TF2 step that runs it (:func:`place_step`).
+    """A :class:`~fddps.tf.placement.Placement` of a TF2 step that runs it (:func:`place_step`).
 
     Attributes
     ----------

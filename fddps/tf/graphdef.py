@@ -45,7 +45,6 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -54,6 +53,8 @@ import pandas as pd
 
 from ..errors import GraphError
 from ..strategy.ops import SHAPE_ONLY_OPS
+from .static_values import shape_input_value
+from .tfimport import _no_deprecation_warnings, _tf
 
 #: Op types that declare a loop frame boundary or iterate (v1 control flow).
 ENTER_OPS = frozenset({"Enter", "RefEnter"})
@@ -73,44 +74,6 @@ COLOCATION_EXEMPT_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall",
 
 #: Bytes per element assumed for ``string`` tensors (their size is data-dependent).
 STRING_ELEMENT_BYTES = 8
-
-_TF = None
-
-
-def _tf():
-    """Import TensorFlow once, quietly (its C++ logging goes to stderr otherwise)."""
-    global _TF
-    if _TF is None:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import tensorflow as tf
-
-        _TF = tf
-    return _TF
-
-
-@contextlib.contextmanager
-def _no_deprecation_warnings():
-    """Mute TensorFlow's deprecation notices inside the block, and only those.
-
-    TensorFlow's own FLOP statistics (``flops_registry``) call the deprecated
-    ``tensor_shape_from_node_def_name``: the notice is about TensorFlow's code,
-    not the user's. Errors and other warnings still show; the switch is
-    restored however the block ends.
-    """
-    try:
-        from tensorflow.python.util import deprecation
-    except ImportError:  # pragma: no cover - private module moved
-        yield
-        return
-    old = getattr(deprecation, "_PRINT_DEPRECATION_WARNINGS", None)
-    if old is None:  # pragma: no cover - private switch renamed
-        yield
-        return
-    deprecation._PRINT_DEPRECATION_WARNINGS = False
-    try:
-        yield
-    finally:
-        deprecation._PRINT_DEPRECATION_WARNINGS = old
 
 
 @dataclass
@@ -412,7 +375,6 @@ def _loop_frames(nodes, src, dst):
 # -- the table -----------------------------------------------------------------------------
 def _first_axis_view(op) -> bool:
     from ..strategy.ops import first_axis_view
-    from .split_candidates import shape_input_value
 
     shape = op.inputs[0].shape
     if not shape.is_fully_defined():
@@ -433,7 +395,7 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
         return graph_like
     if not (isinstance(unknown_dim, (int, np.integer)) and unknown_dim >= 1):
         raise GraphError(f"unknown_dim must be a positive integer, got {unknown_dim!r}")
-    tf = _tf()
+    _tf()  # quietly, before TensorFlow's own modules
     from tensorflow.python.framework import ops as tf_ops
 
     gd, graph = load_graph(graph_like)

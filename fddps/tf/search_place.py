@@ -14,10 +14,15 @@ import warnings
 
 import numpy as np
 
+from .devices import make_cluster
+from .graphdef import analyse
+from .strategy_graph import step_graph
+from .strategy_rewrite import place_strategy
+
 
 def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fetches=None,
                    unknown_dim=1, **options):
-    """Search a strategy with ``algorithm`` and place it; the :class:`~fddps.tf.place.Placement`.
+    """Search a strategy with ``algorithm`` and place it; the :class:`~fddps.tf.placement.Placement`.
 
     ``info`` gains ``search`` (the search that found the strategy; for
     ``auto`` the winner), ``search_info`` and ``search_seconds``.
@@ -28,10 +33,6 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
         For an unknown or bad option of the search (named).
     """
     from ..search import get_search
-    from .devices import make_cluster
-    from .graphdef import analyse
-    from .strategy_graph import step_graph
-    from .strategy_rewrite import place_strategy
 
     t0 = time.perf_counter()
     search = get_search(algorithm, writable=True, **options)
@@ -92,3 +93,18 @@ def _retime_written(result, placement, write, runners_up: int = 2):
     best = min(fitting, key=lambda n: (steps[n], names.index(n)))
     info["written_steps"], info["written_winner"] = steps, best
     return written[best], best
+
+
+def place_tofu(graph_def, devices, cost_model, memory, fetches, unknown_dim, options):
+    """:func:`fddps.tf.place` with ``algorithm="tofu"``: Tofu's plan
+    (:class:`fddps.search.tofu.Tofu`, ``options`` passed to it), written as a strategy."""
+    from ..search.tofu import Tofu
+
+    analysis = analyse(graph_def, unknown_dim)
+    cluster = make_cluster(devices, cost_model, memory)
+    plan = Tofu(**options).search(step_graph(analysis, fetches), cluster, cost_model)
+    placement = place_strategy(analysis, cluster, plan.strategy, cost_model, memory,
+                               fetches=fetches, unknown_dim=unknown_dim)
+    placement.info.update(algorithm="tofu", search_seconds=plan.search_seconds,
+                          comm_bytes=plan.comm_bytes, tofu_plan=plan)
+    return placement

@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping
 from ..errors import GraphError
 from ..strategy.fddps_splits import part_name, slice_name
 from .graphdef import _parse_input, _tf, analyse, const_node
-from .split_candidates import shape_input_value
+from .static_values import shape_input_value
 
 
 def concat_axis_name(op) -> str:

@@ -699,7 +699,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
                    unknown_dim=1):
     """:func:`fddps.tf.place` with a given strategy: the rewritten graph and its predicted step.
 
-    The :class:`~fddps.tf.place.Placement`'s ``graph_def`` is
+    The :class:`~fddps.tf.placement.Placement`'s ``graph_def`` is
     :func:`rewrite_strategy`'s, and its schedule (``makespan``,
     ``peak_memory``) is that GraphDef's own step, every node costed where the
     rewrite put it and run by a first-in-first-out executor on each device:
@@ -721,7 +721,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
 
     from ..strategy.expand import expand
     from .devices import make_cluster
-    from .place import Placement
+    from .placement import Placement
 
     t0 = time.perf_counter()
     analysis = analyse(graph_def, unknown_dim)
@@ -758,12 +758,12 @@ def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim
     Every node of the step is costed by ``cost_model`` on the device the
     rewrite gave it (a node without one runs on the strategy's default
     device); parts scale their op's profiled time (``profile_name``, set by
-    :func:`fddps.tf.place.read_graph_def`).
+    :func:`fddps.tf.read.read_graph_def`).
     """
     from ..schedule import Schedule
     from ..simulate import executor_order
     from .devices import normalize_device
-    from .place import read_graph_def
+    from .read import read_graph_def
 
     graph, _ = read_graph_def(graph_def, cost_model, cluster, unknown_dim=unknown_dim,
                               fetches=fetches, splits=False)

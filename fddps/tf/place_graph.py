@@ -1,0 +1,74 @@
+"""The path of a graph through :func:`fddps.tf.place`: read once, decide, write.
+
+:func:`place_graph` analyses the graph once (:func:`fddps.tf.graphdef.analyse`)
+and hands that analysis to the one stage that decides and writes:
+
+- ``strategy=...``: the user's strategy, rewritten (:func:`fddps.tf.strategy_rewrite.place_strategy`);
+- ``algorithm="tofu"``: Tofu's recursive partition (:func:`fddps.tf.search_place.place_tofu`);
+- a strategy search (``"auto"``, ``"flexflow"``, ``"pase"``, ``"fddps_space"``):
+  :func:`fddps.tf.search_place.place_searched`;
+- a scheduler (``"fddps"`` and the baselines): :func:`fddps.tf.schedule_place.place_scheduled`.
+
+``info`` gains ``read_seconds`` (analysing the graph), ``decide_seconds``
+(scheduling or searching), ``write_seconds`` (the rest: writing the placed
+graph and predicting its step) and ``place_seconds`` (all of it).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import FddpsError
+from .graphdef import analyse
+from .read import default_cost_model_or_error
+from .schedule_place import place_scheduled
+from .search_place import place_searched, place_tofu
+from .strategy_rewrite import place_strategy
+
+
+def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
+                override=False, fetches=None, enforce_order="auto", unknown_dim=1,
+                session_config=None, topology="auto", strategy=None, **options):
+    """:func:`fddps.tf.place` for a GraphDef, ``tf.Graph``, serialized bytes or path;
+    the same parameters, returns and errors.
+
+    Raises
+    ------
+    FddpsError
+        For a bad ``enforce_order``, or ``enforce_order=True`` without ``fetches``.
+    """
+    from ..search import available_searches
+
+    if enforce_order not in (True, False, "auto"):
+        raise FddpsError(f"enforce_order must be True, False or 'auto', got {enforce_order!r}")
+    if enforce_order is True and fetches is None:
+        raise FddpsError("enforce_order=True needs fetches=[...] (the ops a training step runs): "
+                         "order edges from ops outside the step would make every step re-run them")
+    t0 = time.perf_counter()
+    if strategy is None and algorithm not in available_searches() and algorithm != "tofu":
+        from ..algorithms import get_algorithm
+
+        scheduler = get_algorithm(algorithm, **options)  # a bad name fails before reading
+    cost_model = default_cost_model_or_error(cost_model)
+    analysis = analyse(graph_def, unknown_dim)
+    read_seconds = time.perf_counter() - t0
+    if strategy is not None:
+        placement = place_strategy(analysis, devices, strategy, cost_model, memory,
+                                   fetches=fetches, unknown_dim=unknown_dim)
+    elif algorithm == "tofu":
+        placement = place_tofu(analysis, devices, cost_model, memory, fetches, unknown_dim,
+                               options)
+    elif algorithm in available_searches():
+        placement = place_searched(analysis, devices, algorithm, cost_model, memory,
+                                   fetches=fetches, unknown_dim=unknown_dim, **options)
+    else:
+        placement = place_scheduled(analysis, devices, scheduler, cost_model, memory,
+                                    override=override, fetches=fetches,
+                                    enforce_order=enforce_order, session_config=session_config,
+                                    topology=topology)
+    info = placement.info
+    total = time.perf_counter() - t0
+    decide = float(info.get("decide_seconds", info.get("search_seconds", 0.0)))
+    info.update(read_seconds=read_seconds, decide_seconds=decide,
+                write_seconds=max(total - read_seconds - decide, 0.0), place_seconds=total)
+    return placement

@@ -1,0 +1,216 @@
+"""The answer of :func:`fddps.tf.place`: :class:`Placement`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..simulate import peak_memory
+from .split_rewrite import split_node_names
+
+
+class Placement:
+    """The answer of :func:`place`.
+
+    Attributes
+    ----------
+    graph_def : GraphDef
+        The placed graph: every node of the input, same names, inputs and
+        attributes, with ``device`` set (plus order control inputs when
+        ``enforce_order`` was used). A split op is its combine node; the
+        slice, part and constant nodes of the splits follow the input's nodes.
+    schedule : Schedule
+        Where and when each scheduled op runs (op ``i`` is the ``i``-th scheduled
+        node in GraphDef order; with splits, the op graph with the slice and
+        part ops appended, named as their GraphDef nodes).
+    cluster : Cluster
+    ops : pandas.DataFrame
+        The op table of the input graph (:func:`fddps.tf.op_table`).
+    info : dict
+        Facts about reading and scheduling (see :func:`read_graph_def`), plus
+        ``place_seconds`` (wall time of :func:`place`) and ``order_edges_added``.
+    """
+
+    def __init__(self, graph_def, schedule, cluster, ops, info):
+        self.graph_def = graph_def
+        self.schedule = schedule
+        self.cluster = cluster
+        self.ops = ops
+        self.info = info
+
+    @property
+    def makespan(self) -> float:
+        """Predicted seconds of one step in the scheduled order."""
+        return self.schedule.makespan
+
+    @property
+    def executor_makespan(self) -> float:
+        """Predicted seconds of one step when TensorFlow orders each device's ops
+        itself (:func:`fddps.simulate` with a first-in-first-out executor); the
+        scheduled :attr:`makespan` when ``enforce_order=True`` fixed the order."""
+        return float(self.info.get("executor_makespan", self.schedule.makespan))
+
+    @property
+    def splits(self) -> pd.DataFrame:
+        """The ops split, one row per op (:func:`fddps.strategy.fddps_splits.decisions_table`,
+        like the paper's Table 6); empty when none was."""
+        from ..strategy.fddps_splits import decisions_table
+
+        return decisions_table(self.schedule.info.get("splits") or [])
+
+    @property
+    def sharded_variables(self) -> dict:
+        """Variables written as shards (a strategy split them by their own dimensions):
+        name -> :class:`~fddps.tf.variable_shards.ShardedVariable` (each shard's
+        name, device and slice); empty when none was. Read their whole values with
+        :func:`fddps.tf.variable_shards.gather_variables`."""
+        return dict(self.info.get("sharded_variables") or {})
+
+    @property
+    def devices(self) -> dict:
+        """Node name -> device string, for every node of the GraphDef."""
+        return {node.name: node.device for node in self.graph_def.node}
+
+    @property
+    def memory(self) -> pd.Series:
+        """Sum of persistent + transient bytes of each device's ops, by device: what
+        holding every output all step would take (the constraint is
+        :attr:`peak_memory`)."""
+        return pd.Series(self.schedule.device_memory(), index=list(self.cluster.names),
+                         name="memory")
+
+    @property
+    def peak_memory(self) -> pd.Series:
+        """Predicted highest bytes held at once on each device (outputs freed after use)."""
+        s = self.schedule
+        peak = peak_memory(s.graph, s.cluster, s.device, s.start, s.finish)
+        return pd.Series(peak, index=list(self.cluster.names), name="peak_memory")
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per scheduled op: the schedule's columns (``op``, ``device``,
+        ``start``, ``finish``, ``duration``, ``op_type``), the op table's
+        ``flops``, ``output_bytes``, ``param_bytes``, ``colocation_group``,
+        ``requested_device`` (NaN for the slice and part ops of splits) and
+        ``split_of`` (the op a slice, part or combine op comes from, else None);
+        sorted by start time."""
+        df = self.schedule.to_dataframe()
+        cols = ["name", "flops", "output_bytes", "param_bytes", "colocation_group",
+                "requested_device"]
+        extra = self.ops[cols].rename(columns={"name": "op"})
+        df = df.merge(extra, on="op", how="left", sort=False)
+        origin = {}
+        for d in self.schedule.info.get("splits") or []:
+            op = d.candidate.op
+            origin[op] = op
+            origin.update((name, op) for name in split_node_names(d))
+        df["split_of"] = [origin.get(op) for op in df["op"]]
+        return df
+
+    def summary(self) -> str:
+        """A short text report: step time, per-device load and memory, transfers."""
+        s, c, info = self.schedule, self.cluster, self.info
+        g = s.graph
+        scale, unit = (1e3, "ms") if s.makespan < 1 else (1.0, "s")
+        et = g.exec_times(c)
+        dur = et[np.arange(g.num_ops), s.device]
+        busy = np.bincount(s.device, weights=dur, minlength=c.num_devices)
+        counts = np.bincount(s.device, minlength=c.num_devices)
+        # A written strategy's graph has parts and slices: one device runs the original step.
+        best_single = info.get("single_device_step")
+        if best_single is None:
+            single = et.sum(axis=0)
+            best_single = (float(np.min(single[np.isfinite(single)])) if np.isfinite(single).any()
+                           else np.inf)
+        cross = s.device[g.src] != s.device[g.dst]
+        mem = self.peak_memory.to_numpy()
+        written = (f" (the rewrite's {g.num_ops} nodes of the step; the task graph the searches "
+                   f"score: {info['expansion_makespan'] * scale:.4g} {unit})"
+                   if "expansion_makespan" in info else "")
+        lines = [
+            f"fddps placement ({info.get('algorithm', s.algorithm)}): {info['ops']} of "
+            f"{info['nodes']} nodes scheduled on {c.num_devices} devices{written}",
+            f"predicted step time {s.makespan * scale:.4g} {unit}"
+            + (f"; best single device {best_single * scale:.4g} {unit} "
+               f"(speedup {best_single / s.makespan:.2f}x)"
+               if s.makespan > 0 and np.isfinite(best_single) else ""),
+        ]
+        bound = s.info.get("lower_bound")
+        if s.info.get("optimal"):
+            lines.append("optimal (proven)")
+        elif bound and bound > 0:
+            lines.append(f"within {s.makespan / bound - 1:.1%} of optimal (lower bound "
+                         f"{bound * scale:.4g} {unit})")
+        sharing = c.sharing_summary()
+        if sharing:
+            # The single-device step is the same model's: one device alone gets
+            # all of its cores and links; devices sharing them slow each other.
+            lines.append("shared hardware (the prediction slows down ops and transfers that "
+                         "share it; a device alone runs at full speed):")
+            lines += [f"  {line}" for line in sharing]
+        executor = self.executor_makespan
+        guard = info.get("order_guard", "")
+        if guard:
+            tf_order, single = info["tf_order_makespan"], info["single_makespan"]
+            lines.append(
+                f"in the order TensorFlow picks itself (FIFO executor model) the step would take "
+                f"{tf_order * scale:.4g} {unit}, slower than one device ({single * scale:.4g} {unit}): "
+                + ("order control edges make TensorFlow follow the scheduled order "
+                   "(enforce_order='auto')" if guard == "enforced order" else
+                   f"placed on {c.names[int(s.device[0])] if g.num_ops else '?'} alone "
+                   f"(enforce_order='auto'; {info.get('order_guard_reason', '')})"))
+        elif abs(executor - s.makespan) > s.makespan * 0.01:
+            # What the placed file runs (and `fddps simulate` of it predicts).
+            lines.append(
+                f"in the order TensorFlow picks itself (FIFO executor model; what the placed "
+                f"graph runs) {executor * scale:.4g} {unit}"
+                + (", slower than the best single device" if executor > best_single else "")
+                + "; enforce_order=True makes it follow the scheduled order")
+        lines += [
+            f"{'device':<48} {'ops':>6} {'busy ' + unit:>10} {'util':>6} {'peak MB':>10} {'capacity MB':>12}",
+        ]
+        for k, d in enumerate(c.devices):
+            util = busy[k] / s.makespan if s.makespan > 0 else 0.0
+            lines.append(f"{d.name:<48} {counts[k]:>6} {busy[k] * scale:>10.4g} {util:>6.0%} "
+                         f"{mem[k] / 1e6:>10.4g} {d.memory / 1e6:>12.4g}")
+        lines.append(f"transfers: {int(cross.sum())} edges, {g.bytes[cross].sum() / 1e6:.4g} MB "
+                     "between devices")
+        if "colocation_groups" in info:  # a placement's; a strategy's has no such facts
+            lines.append(f"colocation groups {info['colocation_groups']} (largest {info['largest_group']} "
+                         f"ops), pinned ops {info['pinned']}, loop frames {len(info['loop_frames'])}, "
+                         f"ops with unknown shapes {info['shapes_unknown']}")
+        if "search_info" in info:
+            from ..search.auto import describe_search
+
+            lines.append(describe_search(info))
+        if info.get("kernels_unchecked"):
+            lines.append(f"kernels not checked for {info['kernels_unchecked']} (this TensorFlow "
+                         "build does not register them)")
+        if info.get("splits"):
+            table = self.splits
+            kinds = ", ".join(f"{n} {t} on {d}" for (t, d), n in
+                              table.groupby(["op_type", "dim"]).size().items())
+            lines.append(f"intra-op splits: {info['splits']} ops ({kinds}) into "
+                         f"{int(table['parts'].sum())} parts; {info['split_nodes_added']} nodes "
+                         f"added; predicted step without splits "
+                         f"{s.info.get('unsplit_makespan', float('nan')) * scale:.4g} {unit}")
+        if info.get("order_edges_added"):
+            lines.append(f"order control edges added: {info['order_edges_added']}")
+        lines.append(f"place() took {info['place_seconds']:.3g} s"
+                     + (f" (reading {info['read_seconds']:.3g} s)" if "read_seconds" in info else ""))
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"Placement({self.info['nodes']} nodes on {self.cluster.num_devices} devices, "
+                f"predicted step {self.makespan:.4g} s)")
+
+    def plot(self, ax=None, critical_path=True, transfers=False):
+        """Gantt chart of the schedule (see :func:`fddps.plot.plot_schedule`); returns the Axes."""
+        from ..plot import plot_schedule
+
+        return plot_schedule(self.schedule, ax=ax, critical_path=critical_path, transfers=transfers)
+
+    def to_chrome_trace(self, path, transfers=True) -> dict:
+        """Write the schedule as a Chrome trace JSON file (see :func:`fddps.trace.to_chrome_trace`)."""
+        from ..trace import to_chrome_trace
+
+        return to_chrome_trace(self.schedule, path, transfers=transfers)

@@ -1,0 +1,131 @@
+"""Decide and write with a scheduler: an algorithm's placement and order, as a placed GraphDef.
+
+:func:`place_scheduled` is :func:`fddps.tf.place`'s path for the schedulers
+(FD-DPS and the baselines): the analysed graph as an op graph for the cluster
+(:func:`fddps.tf.read.read_graph_def`), the scheduler's schedule, the order
+guard (:func:`order_guard`), and the placed GraphDef (:mod:`fddps.tf.write`).
+When the algorithm splits ops (FD-DPS's intra-op parallelism,
+:mod:`fddps.algorithms.split_step`), each split op ``X`` becomes slice, part
+and combine nodes (:mod:`fddps.tf.split_rewrite`): ``X`` is then the combine
+node, which produces the same tensor, so consumers and fetches are still
+unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import FddpsError, InfeasibleError
+from ..simulate import simulate
+from .devices import make_cluster
+from .fetches import record_fetches
+from .placement import Placement
+from .read import read_graph_def
+from .write import add_order_edges, assign_off_step, write_devices
+
+
+def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
+    """Whether to enforce the schedule's order, or fall back to one device (``enforce_order="auto"``).
+
+    TensorFlow's executor picks each device's order itself; predicted that way
+    (:func:`fddps.simulate`, FIFO) the step may be slower than on the best
+    single device. Then the scheduled order is enforced when it can be
+    (``can_enforce``: fetches given) and the scheduled step beats one device;
+    otherwise the whole graph goes on the best single device
+    (:class:`~fddps.algorithms.single.SingleDevice`), if one can hold it.
+
+    Returns ``(schedule, enforce, info)``: the schedule to write (the
+    single-device one after a fallback), whether to add order edges, and
+    ``order_guard`` ("" when nothing was done, "enforced order" or "single
+    device"), ``tf_order_makespan`` and ``single_makespan`` (seconds; NaN when
+    not computed or no single device can hold the graph).
+    """
+    from ..algorithms import get_algorithm
+
+    info = {"order_guard": "", "tf_order_makespan": float("nan"),
+            "single_makespan": float("nan")}
+    if enforce_order != "auto":
+        return schedule, bool(enforce_order), info
+    tf_order = float(simulate(schedule.graph, cluster, schedule.device).makespan)
+    info["tf_order_makespan"] = tf_order
+    if tf_order <= schedule.makespan * (1 + 1e-9):
+        return schedule, False, info
+    try:
+        single = get_algorithm("single").schedule(graph, cluster)
+    except InfeasibleError:  # no device holds the whole graph: nothing to compare with
+        single = None
+    if single is not None:
+        info["single_makespan"] = float(single.makespan)
+    if single is None or tf_order <= single.makespan * (1 + 1e-9):
+        return schedule, False, info
+    if can_enforce and schedule.makespan < single.makespan:
+        info["order_guard"] = "enforced order"
+        return schedule, True, info
+    info["order_guard"] = "single device"
+    info["order_guard_reason"] = ("the scheduled order is no faster than one device either"
+                                  if can_enforce else "without fetches no order can be enforced")
+    return single, False, info
+
+
+def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, override=False,
+                    fetches=None, enforce_order="auto", session_config=None, topology="auto"):
+    """Schedule an analysed graph with ``scheduler`` and write it placed; a :class:`Placement`.
+
+    Parameters are :func:`fddps.tf.place`'s (``analysis`` from
+    :func:`fddps.tf.graphdef.analyse`, ``scheduler`` an algorithm instance from
+    :func:`fddps.get_algorithm`). ``info`` gains ``decide_seconds`` (the
+    schedule and the order guard).
+    """
+    t0 = time.perf_counter()
+    algorithm = scheduler.name
+    cluster = make_cluster(devices, cost_model, memory, session_config=session_config,
+                           topology=topology)
+    graph, info = read_graph_def(analysis, cost_model, cluster, override, fetches=fetches)
+    t_read = time.perf_counter()
+    schedule = scheduler.schedule(graph, cluster)
+    schedule, enforce_order, guard = order_guard(graph, cluster, schedule, enforce_order,
+                                                 fetches is not None)
+    t_decided = time.perf_counter()
+    decisions = list(schedule.info.get("splits") or [])
+    split_graph = schedule.graph
+    if decisions:
+        missing = [name for name in graph.names if name not in split_graph.index]
+        if missing:
+            raise FddpsError(f"algorithm {algorithm!r} split the graph but dropped op "
+                             f"{missing[0]!r}; the TensorFlow writer cannot place it")
+        step_device = schedule.device[[split_graph.index[name] for name in graph.names]]
+    elif split_graph.num_ops != graph.num_ops:
+        raise FddpsError(f"algorithm {algorithm!r} changed the graph ({graph.num_ops} -> "
+                         f"{split_graph.num_ops} ops) without reporting splits; the "
+                         "TensorFlow writer cannot place it")
+    else:
+        step_device = schedule.device
+    keep = info["step_nodes"]
+    device = assign_off_step(analysis, keep, step_device, cluster, override)
+
+    def split_device(name):
+        return cluster.names[int(schedule.device[split_graph.index[name]])]
+
+    out = write_devices(analysis, [cluster.names[k] for k in device.tolist()], decisions,
+                         split_device)
+    order_edges = add_order_edges(out, analysis, keep, schedule) if enforce_order else 0
+    if fetches:
+        record_fetches(out, fetches)  # so `fddps simulate` of the file predicts this step
+    # Without order edges TensorFlow's executor picks the order on each device:
+    # predict that step too (a first-in-first-out executor), which may be slower.
+    if enforce_order:
+        executor = schedule.makespan
+    elif not guard["order_guard"] and np.isfinite(guard["tf_order_makespan"]):
+        executor = guard["tf_order_makespan"]  # the guard predicted this schedule already
+    else:
+        executor = float(simulate(split_graph, cluster, schedule.device).makespan)
+    info.update(order_edges_added=order_edges, decide_seconds=t_decided - t_read,
+                executor_makespan=executor, **guard,
+                place_seconds=time.perf_counter() - t0, algorithm=algorithm,
+                cost_model=repr(cost_model), splits=len(decisions),
+                split_nodes_added=len(out.node) - len(analysis.graph_def.node))
+    return Placement(out, schedule, cluster, analysis.table, info)
+
+
