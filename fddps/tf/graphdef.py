@@ -209,19 +209,34 @@ def load_graph(graph_like):
 
 
 # -- per-tensor facts -------------------------------------------------------------------
-def _tensor_bytes(dtype, shape, unknown_dim):
-    """(estimated bytes, whether exact) of one tensor."""
+def _dims(tensor):
+    """A tensor's static dims (None for unknown ones), or None for an unknown rank.
+
+    Read straight from the C graph when TensorFlow exposes it (``Tensor._shape``,
+    dims with None or -1 for unknown), which skips building a ``TensorShape`` per tensor.
+    """
+    try:
+        dims, unknown_rank = tensor._shape
+    except (AttributeError, TypeError, ValueError):  # pragma: no cover - private API moved
+        shape = tensor.shape
+        return None if shape.rank is None else tuple(shape.as_list())
+    return None if unknown_rank else tuple(
+        None if d is None or d < 0 else int(d) for d in dims)
+
+
+def _tensor_bytes(dtype, dims, unknown_dim):
+    """(estimated bytes, whether exact) of one tensor of static ``dims`` (see :func:`_dims`)."""
     base = dtype.base_dtype
     if base.name == "resource":
         return 0.0, True
     if base.name == "variant":
         return 0.0, False
     known = True
-    if shape.rank is None:
+    if dims is None:
         elements, known = 1.0, False
     else:
         elements = 1.0
-        for d in shape.as_list():
+        for d in dims:
             if d is None or d < 0:
                 known = False
                 d = unknown_dim
@@ -238,7 +253,8 @@ def _attr_shape_bytes(node_def, unknown_dim):
     if "shape" not in attr or "dtype" not in attr:
         return 0.0, False
     shape = tf.TensorShape(attr["shape"].shape)
-    return _tensor_bytes(tf.as_dtype(attr["dtype"].type), shape, unknown_dim)
+    dims = None if shape.rank is None else tuple(shape.as_list())
+    return _tensor_bytes(tf.as_dtype(attr["dtype"].type), dims, unknown_dim)
 
 
 # -- kernels ------------------------------------------------------------------------------
@@ -257,6 +273,8 @@ class _KernelIndex:
 
         self._kernels = kernels
         self._by_op = {}
+        self._constrained = {}  # op type -> attribute names its kernels constrain
+        self._cache = {}        # (op type, those attributes' values) -> device types
         checked = {"CPU"}
         if tf.test.is_built_with_gpu_support():
             checked.add("GPU")
@@ -277,11 +295,33 @@ class _KernelIndex:
         return self._by_op[op_type]
 
     def device_types(self, node_def, functions):
-        """Device types with a kernel for ``node_def``; None for a function call."""
+        """Device types with a kernel for ``node_def``; None for a function call.
+
+        Cached per op type and the values of the attributes its kernels
+        constrain: a training graph has thousands of nodes but few such keys.
+        """
         if node_def.op in functions:
             return None
+        kernels = self._for_op(node_def.op)
+        names = self._constrained.get(node_def.op)
+        if names is None:
+            names = self._constrained[node_def.op] = sorted(
+                {name for _, constraints in kernels for name, _ in constraints})
+        values = []
+        for name in names:
+            a = node_def.attr.get(name)
+            values.append(None if a is None else
+                          tuple(a.list.type) if a.HasField("list") else a.type)
+        key = (node_def.op, tuple(values))
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._match(node_def, kernels)
+        return found
+
+    @staticmethod
+    def _match(node_def, kernels):
         out = set()
-        for dtype, constraints in self._for_op(node_def.op):
+        for dtype, constraints in kernels:
             if dtype in out:
                 continue
             ok = True
@@ -416,11 +456,12 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
         op = graph.get_operation_by_name(node.name)
         sizes, exact, dts, shps = [], [], [], []
         for t in op.outputs:
-            b, k = _tensor_bytes(t.dtype, t.shape, unknown_dim)
+            dims = _dims(t)
+            b, k = _tensor_bytes(t.dtype, dims, unknown_dim)
             sizes.append(b)
             exact.append(k)
             dts.append(t.dtype.name)
-            shps.append(tuple(t.shape.as_list()) if t.shape.rank is not None else None)
+            shps.append(dims)
         out_bytes.append(sizes)
         out_known.append(exact)
         out_dtypes.append(tuple(dts))
