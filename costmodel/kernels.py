@@ -247,9 +247,37 @@ def error_summary(table: pd.DataFrame, presets_by_name: dict) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def fit_deepbench(deepbench=None, out=None) -> dict:
+    """Fit the kernel-dependent model (:mod:`costmodel.kernel_model`) to DeepBench's FP32
+    GEMMs and convolutions and write it (default :data:`costmodel.kernel_model.MODEL_FILE`).
+
+    Returns the fitted models (the file's content).
+    """
+    from . import deepbench as db
+    from . import kernel_model as km
+
+    kernels_ = db.load_kernels(deepbench)
+    models = km.fit_models(kernels_, db.DATASHEETS)
+    models["source"] = (f"DeepBench FP32 GEMM and convolution times ({len(kernels_)} kernels, "
+                        f"{', '.join(models['gpus'])}); python -m costmodel.kernels --fit-deepbench")
+    km.save_models(models, out or km.MODEL_FILE)
+    return models
+
+
 def main(argv=None) -> int:
-    """``python -m costmodel.kernels [TABLE]``: print the efficiencies fitted per GPU and the errors."""
+    """``python -m costmodel.kernels [TABLE]``: print the efficiencies fitted per GPU and the errors.
+
+    ``python -m costmodel.kernels --fit-deepbench [DIR]``: fit the kernel-dependent model to
+    DeepBench (default: the shared data) and write ``costmodel/data/gpu_kernel_model.json``.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--fit-deepbench":
+        from . import kernel_model as km
+
+        models = fit_deepbench(argv[1] if len(argv) > 1 else None)
+        print(f"fitted {sorted(models['named'])} on {models['gpus']} "
+              f"({sum(models['kernels'].values())} kernels); wrote {km.MODEL_FILE}")
+        return 0
     table = load_kernel_table(argv[0] if argv else None)
     from .hardware import _DATASHEET_PRESETS, presets
 
