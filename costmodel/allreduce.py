@@ -24,7 +24,7 @@ Examples
 >>> fit["model"] in MODELS and fit["bandwidth"] > 1e9
 True
 >>> round(allreduce_seconds(4 * 64.5e6, 8, fit) * 1e3)   # DeepBench: 76.6 ms
-77
+78
 """
 
 from __future__ import annotations
