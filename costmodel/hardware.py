@@ -24,6 +24,14 @@ presets take theirs from published kernel benchmarks
 (``costmodel/data/gpu_kernels.csv``, fitted by :func:`costmodel.kernels.fit_efficiencies`);
 :meth:`DevicePreset.calibrate` fits them to a profile.
 
+A GPU preset with a :attr:`DevicePreset.kernel_model` times its FP32 convolutions
+and MatMuls by the kernel-dependent model fitted to DeepBench's published kernel
+times instead (:mod:`costmodel.kernel_model`: an efficiency that depends on the
+kernel's size and shape, not one per class): the ``p100`` and ``v100`` by their
+own kernels, the ``k80`` and the FP32 modes of the ``a100`` and ``h100`` (and
+:func:`costmodel.gpu_from_datasheet`) by the model that knows a GPU by its
+datasheet peaks.
+
 A :class:`LinkPreset` is a latency and a bandwidth: a transfer of ``b`` bytes
 costs ``latency + b / bandwidth``.
 
