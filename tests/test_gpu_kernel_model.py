@@ -168,7 +168,8 @@ def test_report_smoke_on_a_small_deepbench(tmp_path):
               "gpu_kernels_predictions.csv", "gpu_kernels_allreduce.csv"):
         assert (tmp_path / "out" / f).stat().st_size > 0, f
     page = (tmp_path / "out" / "gpu_kernels.md").read_text()
-    assert "--folds 2" in page and "| p100 | conv forward |" in page
+    assert "--folds 2" in page and "| p100 | conv forward |" in page and "## Must hold" in page
+    assert "--page-only" in gpu_kernels.page_from_csv(tmp_path / "out", folds=2)
 
 
 def test_lstm_step_is_one_matmul_and_the_gates():
