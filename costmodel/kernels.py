@@ -170,7 +170,8 @@ def fit_efficiencies(table: pd.DataFrame, preset, *, min_kernels: int = MIN_KERN
     element-wise ops and reductions) is the one, on a log grid from 0.001 to
     1, that minimises the median absolute log ratio of predicted to measured
     time (plus 1% of its mean, to break ties), the rest of the preset (peaks,
-    overhead) as it is.
+    overhead) as it is. A preset's kernel model (:mod:`costmodel.kernel_model`), if any, is
+    left out: these are the roofline's efficiencies, used where the model does not apply.
 
     Parameters
     ----------
@@ -187,7 +188,8 @@ def fit_efficiencies(table: pd.DataFrame, preset, *, min_kernels: int = MIN_KERN
         ``{"conv_forward/fp32": 0.71, "elementwise": 0.8, ...}``, only for the
         classes with rows: ready for ``DevicePreset(efficiencies=...)``.
     """
-    preset = device_preset(preset)
+    # Efficiencies are the roofline's: fitted with a preset's kernel model (if any) left out.
+    preset = replace(device_preset(preset), kernel_model="")
     gpu = preset.name.split(":")[0]
     mine = table[table.gpu == gpu]
     candidates = np.logspace(-3, 0, grid)
