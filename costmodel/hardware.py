@@ -24,6 +24,14 @@ presets take theirs from published kernel benchmarks
 (``costmodel/data/gpu_kernels.csv``, fitted by :func:`costmodel.kernels.fit_efficiencies`);
 :meth:`DevicePreset.calibrate` fits them to a profile.
 
+A GPU preset with a :attr:`DevicePreset.kernel_model` times its FP32 convolutions
+and MatMuls by the kernel-dependent model fitted to DeepBench's published kernel
+times instead (:mod:`costmodel.kernel_model`: an efficiency that depends on the
+kernel's size and shape, not one per class): the ``p100`` and ``v100`` by their
+own kernels, the ``k80`` and the FP32 modes of the ``a100`` and ``h100`` (and
+:func:`costmodel.gpu_from_datasheet`) by the model that knows a GPU by its
+datasheet peaks.
+
 A :class:`LinkPreset` is a latency and a bandwidth: a transfer of ``b`` bytes
 costs ``latency + b / bandwidth``.
 
@@ -47,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import CostModelError
+from .kernel_model import MODEL_OP_TYPES, load_models, predict_seconds
 
 GB = 1e9
 GiB = 2.0 ** 30
@@ -201,6 +210,14 @@ class DevicePreset:
         run at ``tensor_flops``) or ``"fp32"`` (every op at ``peak_flops``).
         Default: ``"tf32"`` when ``tensor_flops > 0``, else ``"fp32"``.
         :meth:`with_precision` switches it.
+    kernel_model : str
+        ``""``: every op's time is the roofline. Otherwise the FP32 convolutions
+        and MatMuls (:data:`costmodel.kernel_model.MODEL_OP_TYPES`, run off the
+        tensor cores) take the time of the kernel-dependent model fitted to
+        DeepBench's published kernels (:mod:`costmodel.kernel_model`): the name of
+        a GPU it was fitted on (``"p100"``, ``"v100"``), or ``"datasheet"`` for the
+        model that knows a GPU by its peaks alone (:func:`costmodel.gpu_from_datasheet`).
+        Plus the per-op ``overhead``. Other ops, and TF32 ones, keep the roofline.
     efficiencies : mapping of str -> float
         Per op class (:func:`op_class`): ``"CLASS/PRECISION"`` for the dense
         classes (``"conv_forward/tf32"``: fraction of the TF32 peak a forward
@@ -228,6 +245,7 @@ class DevicePreset:
     source: str = ""
     precision: str | None = None
     efficiencies: tuple = ()
+    kernel_model: str = ""
 
     def __post_init__(self):
         for f in ("peak_flops", "memory_bandwidth", "memory", "compute_efficiency",
@@ -251,6 +269,13 @@ class DevicePreset:
                                  f"its precision can only be 'fp32'")
         object.__setattr__(self, "precision", precision)
         object.__setattr__(self, "efficiencies", _efficiency_table(self.efficiencies, self.name))
+        model = str(self.kernel_model or "")
+        if model:
+            known = ["datasheet"] + list(load_models()["gpus"])
+            if model not in known:
+                raise CostModelError(f"preset {self.name!r}: kernel_model {model!r} is not one of "
+                                     f"{known} (costmodel/data/gpu_kernel_model.json)")
+        object.__setattr__(self, "kernel_model", model)
 
     def with_precision(self, precision: str) -> "DevicePreset":
         """A copy of this preset that runs the dense ops in ``precision`` (``"tf32"`` or ``"fp32"``).
@@ -308,7 +333,9 @@ class DevicePreset:
         True
         """
         flops, moved, types = op_features(ops)
-        return self._roofline(flops, moved, types)
+        input_bytes = np.maximum(np.nan_to_num(ops["input_bytes"].to_numpy(dtype=np.float64), nan=0.0,
+                                               posinf=0.0), 0.0)
+        return self._roofline(flops, moved, types, input_bytes)
 
     def _rates(self, types):
         """Per op: effective compute FLOP/s and memory bytes/s (peaks times efficiencies)."""
@@ -328,9 +355,20 @@ class DevicePreset:
                 m_eff[sel] = self.efficiency(cls)
         return peak * c_eff, self.memory_bandwidth * m_eff, classes
 
-    def _roofline(self, flops, moved, types):
+    def _roofline(self, flops, moved, types, input_bytes=None):
         compute_rate, memory_rate, classes = self._rates(types)
         t = self.overhead + np.maximum(flops / compute_rate, moved / memory_rate)
+        if self.kernel_model and input_bytes is not None:
+            # FP32 dense kernels of the types DeepBench timed: the fitted kernel model.
+            on_model = np.isin(types, list(MODEL_OP_TYPES)) & (flops > 0)
+            if self.precision == "tf32":
+                on_model &= ~np.isin(types, list(TENSOR_CORE_OPS))
+            if on_model.any():
+                t = t.copy()
+                t[on_model] = self.overhead + predict_seconds(
+                    self.kernel_model, flops[on_model], input_bytes[on_model],
+                    moved[on_model] - input_bytes[on_model], classes[on_model],
+                    peak_flops=self.peak_flops, memory_bandwidth=self.memory_bandwidth)
         return np.where(classes == "no_work", self.overhead, t)
 
     def calibrate(self, measured: pd.DataFrame, *, quantile_overhead: float = 0.1) -> "DevicePreset":
@@ -623,13 +661,26 @@ _FITTED_EFFICIENCIES = {
 }
 
 
+#: The kernel-dependent model (costmodel/kernel_model.py) each named GPU preset uses for its
+#: FP32 convolutions and MatMuls: its own fit where DeepBench timed the GPU, else the model
+#: that knows a GPU by its datasheet peaks (validated leave-one-GPU-out).
+_KERNEL_MODELS = {"k80": "datasheet", "p100": "p100", "v100": "v100", "a100": "datasheet",
+                  "h100": "datasheet"}
+
+
 def _with_fitted(preset: DevicePreset) -> DevicePreset:
     fitted = _FITTED_EFFICIENCIES.get(preset.name)
-    if not fitted:
-        return preset
-    note = (f"; efficiencies {', '.join(f'{k} {v:.3g}' for k, v in sorted(fitted.items()))} fitted "
-            f"to published kernel times (costmodel/data/gpu_kernels.csv)")
-    return replace(preset, efficiencies=fitted, source=preset.source + note)
+    source = preset.source
+    if fitted:
+        source += (f"; efficiencies {', '.join(f'{k} {v:.3g}' for k, v in sorted(fitted.items()))} "
+                   f"fitted to published kernel times (costmodel/data/gpu_kernels.csv)")
+    model = _KERNEL_MODELS.get(preset.name, "")
+    if model:
+        source += ("; FP32 convolutions and MatMuls timed by the kernel-dependent model fitted to "
+                   "DeepBench (costmodel/data/gpu_kernel_model.json, "
+                   + (f"{model}'s own kernels" if model != "datasheet" else "from the datasheet peaks")
+                   + ")")
+    return replace(preset, efficiencies=fitted or (), kernel_model=model, source=source)
 
 
 _DEVICE_PRESETS = {name: _with_fitted(p) for name, p in _DATASHEET_PRESETS.items()}

@@ -170,7 +170,8 @@ def fit_efficiencies(table: pd.DataFrame, preset, *, min_kernels: int = MIN_KERN
     element-wise ops and reductions) is the one, on a log grid from 0.001 to
     1, that minimises the median absolute log ratio of predicted to measured
     time (plus 1% of its mean, to break ties), the rest of the preset (peaks,
-    overhead) as it is.
+    overhead) as it is. A preset's kernel model (:mod:`costmodel.kernel_model`), if any, is
+    left out: these are the roofline's efficiencies, used where the model does not apply.
 
     Parameters
     ----------
@@ -187,7 +188,8 @@ def fit_efficiencies(table: pd.DataFrame, preset, *, min_kernels: int = MIN_KERN
         ``{"conv_forward/fp32": 0.71, "elementwise": 0.8, ...}``, only for the
         classes with rows: ready for ``DevicePreset(efficiencies=...)``.
     """
-    preset = device_preset(preset)
+    # Efficiencies are the roofline's: fitted with a preset's kernel model (if any) left out.
+    preset = replace(device_preset(preset), kernel_model="")
     gpu = preset.name.split(":")[0]
     mine = table[table.gpu == gpu]
     candidates = np.logspace(-3, 0, grid)
@@ -247,9 +249,37 @@ def error_summary(table: pd.DataFrame, presets_by_name: dict) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def fit_deepbench(deepbench=None, out=None) -> dict:
+    """Fit the kernel-dependent model (:mod:`costmodel.kernel_model`) to DeepBench's FP32
+    GEMMs and convolutions and write it (default :data:`costmodel.kernel_model.MODEL_FILE`).
+
+    Returns the fitted models (the file's content).
+    """
+    from . import deepbench as db
+    from . import kernel_model as km
+
+    kernels_ = db.load_kernels(deepbench)
+    models = km.fit_models(kernels_, db.DATASHEETS)
+    models["source"] = (f"DeepBench FP32 GEMM and convolution times ({len(kernels_)} kernels, "
+                        f"{', '.join(models['gpus'])}); python -m costmodel.kernels --fit-deepbench")
+    km.save_models(models, out or km.MODEL_FILE)
+    return models
+
+
 def main(argv=None) -> int:
-    """``python -m costmodel.kernels [TABLE]``: print the efficiencies fitted per GPU and the errors."""
+    """``python -m costmodel.kernels [TABLE]``: print the efficiencies fitted per GPU and the errors.
+
+    ``python -m costmodel.kernels --fit-deepbench [DIR]``: fit the kernel-dependent model to
+    DeepBench (default: the shared data) and write ``costmodel/data/gpu_kernel_model.json``.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--fit-deepbench":
+        from . import kernel_model as km
+
+        models = fit_deepbench(argv[1] if len(argv) > 1 else None)
+        print(f"fitted {sorted(models['named'])} on {models['gpus']} "
+              f"({sum(models['kernels'].values())} kernels); wrote {km.MODEL_FILE}")
+        return 0
     table = load_kernel_table(argv[0] if argv else None)
     from .hardware import _DATASHEET_PRESETS, presets
 

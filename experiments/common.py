@@ -71,9 +71,12 @@ LABELS = {"single": "single", "data_parallel": "DP", "fddps": "FD-DPS",
           "fastt": "FastT", "mpdps": "MP-DPS", "heft": "HEFT", "etf": "m-ETF", "topo": "m-TOPO"}
 
 COST_MODEL_NOTE = (
-    "Costs: costmodel.default_cost_model(gpu='p100'), an ANALYTIC roofline model of the P100 "
-    "(9.3 TFLOPS FP32, 732 GB/s, 16 GiB; 10 us per op; efficiencies assumed), PCIe 3 between "
-    "GPUs of a host (12 GB/s, 10 us), 10 GbE between hosts; nothing was measured on a GPU. "
+    "Costs: costmodel.default_cost_model(gpu='p100'), an ANALYTIC model of the P100 "
+    "(9.3 TFLOPS FP32, 732 GB/s, 16 GiB; 10 us per op): convolutions and MatMuls by the kernel "
+    "model fitted to DeepBench's published P100 kernel times, other ops by the roofline at "
+    "assumed efficiencies; PCIe 3 between GPUs of a host (12 GB/s, 10 us), 10 GbE between hosts; "
+    "data parallelism's all-reduce on one host as DeepBench measured it on P100s (5.8 GB/s); "
+    "nothing was measured on a GPU here. "
     "Times are the simulator's replay of each schedule (links inside a host contention-free; "
     "between hosts, one network interface per host that its transfers share).")
 
@@ -327,7 +330,7 @@ def data_parallel_row(mg: ModelGraph, cluster, cost_model, *, dataset="cifar10",
     cached) and calls :func:`experiments.data_parallel.estimate`. A batch
     smaller than ``p`` gives status ``"n/a"``; a replica that does not fit, ``"OOM"``.
     """
-    from .data_parallel import estimate
+    from .data_parallel import estimate, measured_allreduce
 
     p = cluster.num_devices
     replica_batch = mg.batch // p
@@ -343,11 +346,12 @@ def data_parallel_row(mg: ModelGraph, cluster, cost_model, *, dataset="cifar10",
         _replicas.clear()  # keep one replica graph at a time
         _replicas[key] = load_model(mg.model, replica_batch, cost_model, dataset=dataset,
                                     image_size=image_size).graph
-    est = estimate(_replicas[key], cluster, mg.gradient_bytes)
+    est = estimate(_replicas[key], cluster, mg.gradient_bytes,
+                   allreduce=measured_allreduce(cost_model, cluster))
     row.update(status=est.status, step_seconds=est.step_seconds, reserved_max=est.reserved,
                peak_max=est.peak, message=est.message or (
-                   f"replica batch {replica_batch}: {est.replica_seconds * 1e3:.4g} ms + ring "
-                   f"all-reduce of {est.gradient_bytes / 1e6:.4g} MB: "
+                   f"replica batch {replica_batch}: {est.replica_seconds * 1e3:.4g} ms + "
+                   f"all-reduce ({est.allreduce_model}) of {est.gradient_bytes / 1e6:.4g} MB: "
                    f"{est.allreduce_seconds * 1e3:.4g} ms"))
     if est.status == "OOM":
         row.update(unbounded_peak_max=est.peak, unbounded_reserved_max=est.reserved,

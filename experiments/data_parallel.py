@@ -11,7 +11,14 @@ the numbers compare:
 - ``T_replica``: the training graph built at ``batch / p`` and scheduled on one
   device of the cluster (:func:`fddps.schedule` with ``"single"``): the sum of
   its op times.
-- ``T_allreduce``: a ring all-reduce of the gradients (``G`` bytes: one copy of
+- ``T_allreduce``, as measured (``allreduce=`` a fit of :mod:`costmodel.allreduce`;
+  :func:`measured_allreduce` picks it): the all-reduce of ``G`` bytes over
+  ``p`` GPUs fitted to DeepBench's NCCL times of the GPU system the cost
+  model's GPU preset names (the P100's 8-GPU server: ``2 (p - 1) / p * G /
+  5.8 GB/s + 2 log2(p) * 17 us``, within 20% of all 21 of its published
+  single-server rows). :func:`experiments.common.data_parallel_row` uses it when
+  the devices share one host and their preset's system was measured.
+- ``T_allreduce`` otherwise (``allreduce=None``): a ring all-reduce of the gradients (``G`` bytes: one copy of
   the trainable variables) over the ``p`` devices in cluster order. Each device
   sends ``2 (p - 1)`` chunks of ``G / p`` bytes (``p - 1`` reduce-scatter steps,
   ``p - 1`` all-gather steps), all links at once, so
@@ -35,14 +42,18 @@ Out of memory: a replica that does not fit one device (the ``"single"``
 scheduler's check: the sum of every op's ``memory + transient`` bytes) makes
 data parallelism ``"OOM"``; the replica's simulated peak is reported too.
 
-Example
--------
+Examples
+--------
 >>> import fddps
 >>> g = fddps.OpGraph(["fwd", "bwd"], [2e-3, 4e-3], [("fwd", "bwd", 1e6)])
 >>> c = fddps.Cluster.homogeneous(4, bandwidth=10e9, latency=1e-5)
 >>> est = estimate(g, c, gradient_bytes=100e6)
 >>> round(est.replica_seconds, 6), round(est.allreduce_seconds, 6)
 (0.006, 0.01506)
+>>> from costmodel.allreduce import system_fit
+>>> est = estimate(g, c, gradient_bytes=100e6, allreduce=system_fit("p100", 4))
+>>> est.allreduce_model, round(est.allreduce_seconds, 4)
+('measured p100 node tree', 0.0261)
 """
 
 from __future__ import annotations
@@ -118,7 +129,7 @@ class DataParallelEstimate:
     allreduce_seconds : float
     gradient_bytes : float
     ring_bandwidth, ring_latency : float
-        The ring's slowest link.
+        The ring's slowest link (or the measured fit's bandwidth and latency).
     reserved : float
         Bytes the single-device check reserves for one replica (all its ops'
         ``memory + transient``).
@@ -141,12 +152,31 @@ class DataParallelEstimate:
     peak: float
     capacity: float
     message: str = ""
+    allreduce_model: str = "ring over links"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def estimate(replica_graph, cluster, gradient_bytes: float) -> DataParallelEstimate:
+def measured_allreduce(cost_model, cluster):
+    """The measured all-reduce fit (:func:`costmodel.allreduce.system_fit`) for ``cluster``'s
+    GPUs, or None: when the devices are GPUs on one host and the cost model's GPU preset names
+    a system DeepBench timed (``p100``). Between hosts the cluster's own links price it (the
+    published multi-server runs used their own network)."""
+    from costmodel import CostModelError
+    from costmodel.allreduce import system_fit
+
+    devs = cluster.devices
+    if len(devs) < 2 or len({d.host for d in devs}) > 1 or any(d.type != "GPU" for d in devs):
+        return None
+    try:
+        name = cost_model._preset("GPU").name.split(":")[0]
+        return system_fit(name, len(devs))
+    except CostModelError:
+        return None
+
+
+def estimate(replica_graph, cluster, gradient_bytes: float, allreduce=None) -> DataParallelEstimate:
     """Data parallelism's step on ``cluster``, from one replica's graph at ``batch / p``.
 
     Parameters
@@ -157,6 +187,9 @@ def estimate(replica_graph, cluster, gradient_bytes: float) -> DataParallelEstim
         The ``p`` devices; the replica runs on the first, all are assumed alike.
     gradient_bytes : float
         Bytes of one full set of gradients (the trainable variables).
+    allreduce : dict, optional
+        A measured fit (:func:`costmodel.allreduce.system_fit`, or
+        :func:`measured_allreduce`'s result); None: the ring over the cluster's links.
 
     Returns
     -------
@@ -179,13 +212,22 @@ def estimate(replica_graph, cluster, gradient_bytes: float) -> DataParallelEstim
         raise ClusterError("data parallelism's estimate needs identical devices; got "
                            + ", ".join(f"{d.name} ({d.type}, speed {d.speed})" for d in devs))
     p = cluster.num_devices
-    bandwidth, latency = ring_link(cluster)
-    allreduce = ring_allreduce_seconds(gradient_bytes, p, bandwidth, latency)
+    if allreduce is None:
+        bandwidth, latency = ring_link(cluster)
+        how = "ring over links"
+        allreduce = ring_allreduce_seconds(gradient_bytes, p, bandwidth, latency)
+    else:
+        from costmodel.allreduce import allreduce_seconds
+
+        fit = allreduce
+        bandwidth, latency = float(fit["bandwidth"]), float(fit["latency"])
+        how = f"measured {fit['gpu']} {fit['scope']} {fit['model']}"
+        allreduce = allreduce_seconds(gradient_bytes, p, fit)
     one = fddps.Cluster([devs[0]], bandwidth=math.inf, latency=0.0)
     reserved = float(replica_graph.memory.sum() + replica_graph.allocated.sum())
     common = dict(devices=p, allreduce_seconds=allreduce, gradient_bytes=float(gradient_bytes),
                   ring_bandwidth=bandwidth, ring_latency=latency, reserved=reserved,
-                  capacity=float(devs[0].memory))
+                  capacity=float(devs[0].memory), allreduce_model=how)
     try:
         s = fddps.schedule(replica_graph, one, algorithm="single")
     except fddps.InfeasibleError as e:

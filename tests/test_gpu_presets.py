@@ -34,6 +34,12 @@ def test_tf32_is_the_default_where_there_are_tensor_cores_and_fp32_can_be_chosen
     assert h100.precision == "tf32" and fp32.precision == "fp32" and fp32.name == "h100:fp32"
     assert fp32 == h100.with_precision("fp32") and fp32.with_precision("tf32") == h100
     assert presets["p100"].precision == presets["k80"].precision == "fp32"
+    # The roofline alone (the named preset's FP32 convolutions go through the kernel model,
+    # tests/test_gpu_kernel_model.py).
+    cm_fp32 = costmodel.default_cost_model(gpu="h100:fp32")
+    np.testing.assert_allclose(cm_fp32.op_times(conv_ops(), "GPU"), fp32.op_times(conv_ops()))
+    h100 = hardware._DATASHEET_PRESETS["h100"]
+    fp32 = h100.with_precision("fp32")
     ops = conv_ops()
     # Compute bound: TF32 runs at the tensor peak, FP32 at the FP32 peak (both at 60%).
     t32 = h100.op_times(ops) - h100.overhead
@@ -47,9 +53,6 @@ def test_tf32_is_the_default_where_there_are_tensor_cores_and_fp32_can_be_chosen
         presets["p100"].with_precision("tf32")
     with pytest.raises(CostModelError, match="precision must be one of"):
         presets["h100"].with_precision("fp16")
-    # Through a cost model, as the CLI's --gpu-preset h100:fp32 does.
-    cm = costmodel.default_cost_model(gpu="h100:fp32")
-    np.testing.assert_allclose(cm.op_times(ops, "GPU"), fp32.op_times(ops))
 
 
 def test_k80_is_one_gk210():
@@ -61,7 +64,7 @@ def test_k80_is_one_gk210():
 
 
 def test_class_efficiencies_apply_to_their_class_and_precision_only():
-    base = presets["h100"]
+    base = hardware._DATASHEET_PRESETS["h100"]  # the roofline alone
     p = DevicePreset(**{**base.to_dict(), "efficiencies": {
         "conv_forward/tf32": 0.25, "conv_forward/fp32": 0.75, "elementwise": 0.9}})
     fwd, grad = conv_ops("Conv2D"), conv_ops("Conv2DBackpropInput")
@@ -97,7 +100,7 @@ def test_saved_presets_round_trip_and_old_files_keep_their_meaning(tmp_path):
 
 
 def test_calibrate_fits_each_class():
-    base = presets["v100"]
+    base = hardware._DATASHEET_PRESETS["v100"]  # the roofline alone
     true = DevicePreset(**{**base.to_dict(), "overhead": 8e-6, "efficiencies": {
         "conv_forward/fp32": 0.7, "conv_filter_grad/fp32": 0.35, "matmul/fp32": 0.8}})
     rng = np.random.default_rng(3)
