@@ -6,18 +6,27 @@ so each device holds a share. Its search, as implemented here:
 1. **Coarsen** the step (its Section 5.1): each forward op forms a group with
    its gradient ops (TensorFlow names them ``gradients/<forward op>_grad/...``);
    an element-wise op with one searchable producer joins that producer's
-   group (consecutive element-wise ops share a partition). A group whose
-   members have more joint choices than ``max_combos`` is cut into
-   consecutive pieces.
+   group. Coalesced ops share one choice: consecutive element-wise ops of one
+   iteration domain (forward, gradient and optimizer ops: their inputs and
+   outputs are partitioned identically) and, with ``merge_timesteps``, the
+   unrolled time steps of one op (names that differ only in a ``t<step>``
+   component, :data:`TIMESTEP_PATTERN`), so an RNN's DP has as many nodes
+   whatever its sequence length.
 2. **Recursively partition** the device set (Section 5.2): ``k`` devices are
    factorised ``k = k_1 * k_2 * ...`` (largest first; halves for powers of
    two). At level ``i`` every searchable op picks one dimension of its
    iteration domain (:func:`fddps.strategy.resolve`) to split ``k_i`` ways
-   within its current part, by dynamic programming over the coarse groups in
-   forward order that minimises the bytes the level communicates. Ops keep
-   their earlier splits, so a dimension picked twice is split ``k_i*k_j`` ways
-   and two dimensions make a grid. Part ``j`` of a level goes to the ``j``-th
-   ``1/k_i`` of the current device group.
+   within its current part, by a dynamic program over the coarse groups that
+   minimises the bytes the level communicates (:mod:`fddps.search.tofu_dp`).
+   Ops keep their earlier splits, so a dimension picked twice is split
+   ``k_i*k_j`` ways and two dimensions make a grid. Part ``j`` of a level goes
+   to the ``j``-th ``1/k_i`` of the current device group. With
+   ``carry_fetched`` (default) an edge's bytes at a level are those of the
+   region the consumer's group needs -- data an earlier level fetched from
+   another group is an input of this one (Section 5.2, Figure 6) -- rather
+   than the producer's part alone (which undercounts a tensor replicated over
+   several levels: measured on an 8-GPU MLP, the DP's bytes were 2.2x the
+   expanded plan's without, within 22% with).
 3. The plan is a :class:`~fddps.strategy.Strategy`; :meth:`Tofu.search`
    expands and simulates it (:func:`fddps.strategy.simulate_strategy`) and
    accepts it only when every device's replayed peak memory is within its
@@ -30,15 +39,24 @@ so each device holds a share. Its search, as implemented here:
    (:attr:`Tofu.memory_weights`), and the first plan that fits is returned:
    the least communication among the plans tried that fit. When none fits,
    :class:`~fddps.errors.InfeasibleError` names the smallest per-device peak
-   reached.
+   reached (or, with ``infeasible="return"``, that plan comes back with
+   ``fits=False``). Every returned plan says whether it fits (``fits``).
 
-The DP: coarse groups in order; a state is a joint choice of the groups on
-the frontier (processed groups with an unprocessed neighbour); adding a group
-adds, for each of its joint choices, the bytes of its internal edges and its
-edges to frontier groups. On a linear coarsened graph (Tofu's case: MLPs,
-CNNs, a chain of coalesced RNN layers) the frontier is one group and the DP is
-exact; wider frontiers (residual blocks, unrolled time steps) keep the
-``beam`` cheapest states (:attr:`TofuPlan.exact` says whether any were dropped).
+The DP (:func:`fddps.search.tofu_dp.eliminate`): a node per coalesced op
+(``max_combos=1``, the default) or per coarse group cut into pieces of at
+most ``max_combos`` joint choices enumerated by brute force (Tofu's
+grouping); nodes are eliminated one at a time, fewest neighbour choices
+first, each replaced by a table over its neighbours. On a chain this is the
+chain DP Tofu runs; fork-join blocks (residual blocks; an LSTM layer whose
+time steps are coalesced, a cycle) reduce by series and parallel steps, so
+the DP is exact on them, and it is exact on any graph whose tables stay
+under ``max_table`` entries (the same optimum for any ``max_combos``: a
+group's members are then eliminated instead of enumerated; on WResNet-152,
+TensorFlow's many gradient ops per forward op made pieces with too many
+neighbours, so per-op nodes are the default). Beyond ``max_table`` the
+level falls back to the frontier beam (``fallback_beam`` states, not exact:
+:attr:`TofuPlan.exact`); ``beam=N`` asks for that beam everywhere, an option
+beyond what Tofu's paper proves.
 
 Bytes per edge at one level, for a tensor of ``S`` bytes (its producer's
 current part) and ``k`` groups: producer and consumer split along the same
@@ -88,6 +106,7 @@ Example
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -217,11 +236,13 @@ class Tofu:
     writable : bool
         Only choices :func:`fddps.tf.strategy_rewrite.rewrite_strategy` can
         write, and no batch-norm statistics splits (module notes). Default True.
-    beam : int
-        States the DP keeps per step (exact when the frontier's joint choices
-        never exceed it).
+    beam : int or None
+        None (default): the exact DP by elimination. An integer: the frontier
+        DP in forward order keeping that many states per step (exact only when
+        none is dropped).
     max_combos : int
-        Joint choices of one coarse group before it is cut in pieces.
+        Joint choices of one DP node: 1 (default) a node per coalesced op;
+        more, coarse groups cut into pieces of that many (module notes).
     split_variables : bool
         Partition variables too (each variable's ops -- the variable, its
         optimizer slots, reads and update -- pick one split together), so each
@@ -232,13 +253,24 @@ class Tofu:
         order until a plan fits (see the module notes). Default
         ``(0, 0.25, 1, 4, 16, 64, 256)``; ``0`` is Tofu's pure communication
         objective.
+    merge_timesteps : bool
+        Coalesce an op's unrolled time steps (Section 5.1). Default True.
+    carry_fetched : bool
+        Count, at each level, the region the consumer's group needs, fetched
+        data included (Section 5.2). Default True.
+    max_table : int
+        Largest table the exact DP builds before falling back to the beam.
+    fallback_beam : int
+        States of that fallback.
+    timestep_pattern : str
+        Regular expression of the name component of a time step.
 
     Example
     -------
     ``Tofu().search(step, cluster, cost_model).strategy`` -- see the module example.
     """
 
-    def __init__(self, writable: bool = True, beam: int | None = None, max_combos: int = 256,
+    def __init__(self, writable: bool = True, beam: int | None = None, max_combos: int = 1,
                  split_variables: bool = True,
                  memory_weights=(0.0, 0.25, 1.0, 4.0, 16.0, 64.0, 256.0),
                  merge_timesteps: bool = True, carry_fetched: bool = True,
@@ -275,7 +307,7 @@ class Tofu:
         ``memory_weight`` charges each choice that many bytes per byte it
         leaves unsplit (0: communication only; see the module notes).
         """
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         devices = list(devices)
         dims, tie = {}, {}
         for name, op in step.ops.items():
@@ -292,11 +324,12 @@ class Tofu:
         self._tie = tie
         self._template = self._timestep_templates(step, dims) if self.merge_timesteps else {}
         self._coalesced = self._coalesce(step, dims)
+        self._whole_bytes_cache = {}
         groups = self._coarsen(step, dims)
         factor = {n: {} for n in dims}
         history = {n: [] for n in dims}  # per level: (dim or None, ways)
         levels, exact, copies = [], True, 1
-        for ways in factorize(len(devices)):
+        for ways in self._ways(len(devices)):
             choice, nbytes, level_exact = self._level(step, dims, factor, groups, ways,
                                                       memory_weight)
             # Every device group of this level does the same (Tofu's recursion).
@@ -311,7 +344,9 @@ class Tofu:
                                dp_nodes=len(self._last_problem.size)))
         strategy = self._strategy(step, devices, dims, history)
         return TofuPlan(strategy, levels, len(groups), exact,
-                        time.perf_counter() - t0, info={"memory_weight": float(memory_weight)})
+                        time.perf_counter() - t0,
+                        info={"memory_weight": float(memory_weight),
+                              "search_cpu_seconds": time.process_time() - c0})
 
     def search(self, step, cluster, cost_model, infeasible: str = "raise") -> TofuPlan:
         """The least-communication plan whose simulated per-device peaks all fit.
@@ -337,10 +372,11 @@ class Tofu:
         if infeasible not in ("raise", "return"):
             raise ValueError(f"infeasible must be 'raise' or 'return', got {infeasible!r}")
         capacity = np.asarray(cluster.memory, dtype=np.float64)
-        tried, best, seconds = [], None, 0.0
+        tried, best, seconds, cpu = [], None, 0.0, 0.0
         for weight in self.memory_weights:
             plan = self.plan(step, cluster.names, weight)
             seconds += plan.search_seconds
+            cpu += plan.info["search_cpu_seconds"]
             timeline = simulate_strategy(step, plan.strategy, cluster, cost_model)
             plan.timeline, plan.peak_memory = timeline, timeline.peak_memory
             peak = np.asarray(timeline.peak_memory, dtype=np.float64)
@@ -350,6 +386,7 @@ class Tofu:
             plan.info.update(capacity=capacity.tolist())
             if excess[k] <= 0:
                 plan.search_seconds = seconds
+                plan.info["search_cpu_seconds"] = cpu
                 plan.info.update(attempts=tried)
                 plan.fits = True
                 return plan
@@ -360,6 +397,7 @@ class Tofu:
         _, k, peak_k, plan = best
         if infeasible == "return":
             plan.search_seconds = seconds
+            plan.info["search_cpu_seconds"] = cpu
             plan.info.update(attempts=tried)
             plan.fits = False
             return plan
@@ -480,6 +518,18 @@ class Tofu:
                and not (self.writable and d in dim.stats)]
         return out or [None]
 
+    def _solve(self, problem, nodes, step):
+        """(least bytes, choice per node, exact, solver name) of one level's problem;
+        raises :class:`~fddps.search.tofu_dp.TooWide` for the caller to fall back."""
+        if self.beam is not None:
+            return (*frontier_beam(problem, self.beam), "beam")
+        total, picked = eliminate(problem, self.max_table)
+        return total, picked, True, "eliminate"
+
+    def _ways(self, k):
+        """Ways per level: Tofu's ``k = k_1 * k_2 * ...`` (largest first)."""
+        return factorize(k)
+
     @staticmethod
     def _pieces(groups, key, choices, max_combos):
         """DP nodes: each coarse group cut, by its keys in order of first appearance,
@@ -512,6 +562,17 @@ class Tofu:
         # choices exceed max_combos, never inside a key.
         key = {n: ("group", self._tie[n]) if n in self._tie else
                ("op", self._coalesced.get(n, n)) for n in dims}
+        # Ops sharing a key share one list of choices (identical for Tofu's own
+        # choices; a subclass restricting choices per op gets their intersection).
+        by_key = {}
+        for n in dims:
+            by_key.setdefault(key[n], []).append(n)
+        for names in by_key.values():
+            if len(names) > 1 and any(choices[m] != choices[names[0]] for m in names):
+                common = [c for c in choices[names[0]]
+                          if all(c in choices[m] for m in names)] or [None]
+                for m in names:
+                    choices[m] = common
         max_combos = self.max_combos if max_combos is None else max_combos
         nodes, keys = self._pieces(groups, key, choices, max_combos)
         node_of = {n: t for t, piece in enumerate(nodes) for n in piece}
@@ -534,12 +595,19 @@ class Tofu:
             a = axes[port] if port < len(axes) else "whole-spec"
             return [_axis_state(a, c, d.reduction) for c in choices[n]]
 
+        whole_cache = self._whole_bytes_cache
+
         def whole_bytes(n, port):
+            if (n, port) in whole_cache:
+                return whole_cache[n, port]
             op = step.ops[n]
             if port >= len(op.output_shapes) or op.output_shapes[port] is None:
-                return 0.0
-            item = op.output_itemsizes[port] if port < len(op.output_itemsizes) else 0
-            return float(np.prod([s or 1 for s in op.output_shapes[port]], dtype=np.float64)) * item
+                out = 0.0
+            else:
+                item = op.output_itemsizes[port] if port < len(op.output_itemsizes) else 0
+                out = float(math.prod(s or 1 for s in op.output_shapes[port])) * item
+            whole_cache[n, port] = out
+            return out
 
         def shrink(nbytes, n, axes):
             if isinstance(axes, tuple) and not (axes and axes[0] == "shape"):
@@ -603,25 +671,25 @@ class Tofu:
             by_members[k] = by_members[k] + m if k in by_members else m
         for (tp, pp, tc, pc), m in by_members.items():
             problem.add_pair(tp, tc, m[combos[tp][:, pp][:, None], combos[tc][:, pc][None, :]])
-        solver = "beam" if self.beam is not None else "eliminate"
-        if self.beam is None:
-            try:
-                total_bytes, picked = eliminate(problem, self.max_table)
-                exact = True
-                if max_combos != self.max_combos:
-                    solver = "eliminate (one node per coalesced op)"
-            except TooWide:
-                if max_combos > 1:
-                    # Groups cut into pieces of many joint choices can leave a piece
-                    # with many neighbours; one node per coalesced op keeps the
-                    # tables small (the optimum is the same: a group's members are
-                    # then eliminated one by one instead of enumerated together).
-                    return self._level(step, dims, factor, groups, ways, memory_weight, 1)
-                # Beyond what the exact DP can hold: the frontier beam, not exact.
-                solver = "beam (elimination too wide)"
-                total_bytes, picked, exact = frontier_beam(problem, self.fallback_beam)
-        else:
-            total_bytes, picked, exact = frontier_beam(problem, self.beam)
+        # Each node's largest tensor (an output or its variable), for solvers that
+        # order by size (Spartan's, in tofu_baselines).
+        self._node_bytes = [max([whole_bytes(n, port) for n in piece
+                                 for port in range(len(step.ops[n].output_shapes))]
+                                + [step.ops[n].param_bytes for n in piece]) for piece in nodes]
+        try:
+            total_bytes, picked, exact, solver = self._solve(problem, nodes, step)
+        except TooWide:
+            if max_combos > 1:
+                # Groups cut into pieces of many joint choices can leave a piece
+                # with many neighbours; one node per coalesced op keeps the tables
+                # small (the optimum is the same: a group's members are then
+                # eliminated one by one instead of enumerated together).
+                return self._level(step, dims, factor, groups, ways, memory_weight, 1)
+            # Beyond what the exact DP can hold: the frontier beam, not exact.
+            solver = "beam (elimination too wide)"
+            total_bytes, picked, exact = frontier_beam(problem, self.fallback_beam)
+        if max_combos != self.max_combos:
+            solver += " (one node per coalesced op)"
         self._last_solver = solver
         self._last_problem, self._last_nodes = problem, nodes
         choice = {}
@@ -647,7 +715,7 @@ class Tofu:
     # -- the strategy ---------------------------------------------------------------------
     def _strategy(self, step, devices, dims, history):
         k = len(devices)
-        radices = factorize(k)
+        radices = self._ways(k)
         # Every colocation group spread by bytes: a variable's, and TF's gradient
         # sums' too (data parallelism keeps those by their variable; here
         # spreading them balances memory, which is what Tofu is for).
@@ -700,7 +768,7 @@ class TofuSearch(StrategySearch):
     """
 
     name = "tofu"
-    options = dict(writable=False, beam=None, max_combos=256, split_variables=True,
+    options = dict(writable=False, beam=None, max_combos=1, split_variables=True,
                    memory_weights=(0.0, 0.25, 1.0, 4.0, 16.0, 64.0, 256.0),
                    merge_timesteps=True, carry_fetched=True, max_table=1 << 22,
                    fallback_beam=64, progress=False)
