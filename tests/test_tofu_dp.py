@@ -202,3 +202,32 @@ def test_unrolled_time_steps_share_one_choice():
             assert merged.strategy.config(f"rnn_lm/lstm_1/t{t}/{op}").split == a
     # Merging constrains the first level's DP: never fewer bytes than without.
     assert merged.levels[0]["bytes"] >= apart.levels[0]["bytes"] - 1e-6
+
+
+def test_running_gradient_sums_free_each_step_gradient():
+    """A gradient AddN of n inputs becomes n - 1 adds in production order, the last under
+    the AddN's name; on an unrolled LSTM, the one-device peak drops (per-step kernel
+    gradients no longer all held)."""
+    pytest.importorskip("tensorflow")
+    from costmodel import default_cost_model
+    from fddps.search.tofu_accumulate import running_gradient_sums
+    from fddps.strategy import Strategy, simulate_strategy
+    from fddps.tf.strategy_graph import step_graph
+    from slim_models.training import build_training_graph
+
+    m = build_training_graph("rnn_lm", 4, num_layers=1, hidden_size=256, vocab_size=100,
+                             seq_length=6)
+    step = step_graph(m.graph_def, [m.train_op.name, m.loss.op.name])
+    sums = running_gradient_sums(step)
+    addn = [n for n, op in step.ops.items() if op.op_type == "AddN" and len(op.inputs) > 2]
+    assert addn
+    for n in addn:
+        assert sums.ops[n].op_type == "AddV2"
+        assert sum(1 for k in sums.ops if k.startswith(n + "/running_sum_")) == \
+            len(step.ops[n].inputs) - 2
+    assert len(sums) == len(step) + sum(len(step.ops[n].inputs) - 2 for n in addn)
+    cm = default_cost_model("p100")
+    one = cm.cluster(GPUS[:1])
+    peak = {k: float(simulate_strategy(s, Strategy({}, GPUS[0]), one, cm).peak_memory.max())
+            for k, s in (("addn", step), ("running", sums))}
+    assert peak["running"] < 0.8 * peak["addn"], peak
