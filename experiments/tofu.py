@@ -477,26 +477,28 @@ def markdown(df, fig10, command, gpu, sources=("tofu.csv", "tofu_fig10.csv")):
 def _plot(df, png):
     plt = matplotlib_agg()
     models = list(dict.fromkeys(df["model"]))
-    fig, ax = plt.subplots(figsize=(max(5, 1.0 * len(models) + 2), 3.4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.0 * len(models) + 3), 3.4))
     methods = [m for m in METHODS if m in set(df["method"])]
     width = 0.8 / max(1, len(methods))
     for j, m in enumerate(methods):
-        shares = []
+        shares, ran = [], []
         for model in models:
             rows = df[df["model"] == model].set_index("method")
+            ran.append(m in rows.index)
             ok = m in rows.index and bool(rows.loc[m, "fits"])
             shares.append(rows.loc[m, "throughput"] / rows.loc["ideal", "throughput"] if ok
                           else np.nan)
         x = np.arange(len(models)) + (j - len(methods) / 2 + 0.5) * width
         ax.bar(x, np.nan_to_num(shares), width, label=m)
-        for xi, yi in zip(x, shares):
-            if not np.isfinite(yi):
+        for xi, yi, r in zip(x, shares, ran):
+            if r and not np.isfinite(yi):  # run, and no plan fits (not run: nothing drawn)
                 ax.text(xi, 0.02, "OOM", rotation=90, fontsize=6, ha="center", va="bottom")
     ax.set_xticks(np.arange(len(models)))
     ax.set_xticklabels(models, fontsize=7, rotation=30)
     ax.set_ylabel("throughput / Ideal")
     ax.set_title(f"{DEVICES} simulated K80s (12 GB): Tofu's Figures 8-9", fontsize=8)
-    ax.legend(fontsize=7)
+    ax.axhline(1.0, color="grey", lw=0.5)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
