@@ -224,11 +224,15 @@ class PaseSearch(StrategySearch):
         allows any factors with product at most the device count).
     retime : int
         Runners-up of the DP simulated beside its answer (0: the answer only).
+    scalar_edges : bool
+        Make pairs of vertices joined only by scalars and shape vectors edges too
+        (default False: they are left out of the additive cost, a departure:
+        :func:`~fddps.search.pase_tables.edges_between`).
     """
 
     name = "pase"
     options = dict(max_table=10**7, writable=False, progress=False, time_budget=None,
-                   order="best", powers_of_two=False, retime=3)
+                   order="best", powers_of_two=False, retime=3, scalar_edges=False)
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -263,7 +267,7 @@ class PaseSearch(StrategySearch):
         from .pase_tables import edges_between
 
         vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
-        edges = list(edges_between(step, vertex_of))
+        edges = list(edges_between(step, vertex_of, self.scalar_edges))
         sizes = [len(c) for c in configs]
         candidates = {"paper": paper_order(len(vertices), edges),
                       "dfs": dfs_order(len(vertices), edges)}
@@ -286,7 +290,8 @@ class PaseSearch(StrategySearch):
         t0 = time.perf_counter()
         vertices, configs, _, _ = self.space(step, cluster, t0)
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
-                                       check=lambda what: self._check_time(t0, what))
+                                       check=lambda what: self._check_time(t0, what),
+                                       scalar_edges=self.scalar_edges)
         return vertices, configs, unary, pairwise
 
     def fit(self, step, cluster, cost_model) -> SearchResult:
@@ -295,7 +300,8 @@ class PaseSearch(StrategySearch):
         vertices, configs, order, plan_info = self.space(step, cluster, t0)
         t_space = time.perf_counter() - t0
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
-                                       check=lambda what: self._check_time(t0, what))
+                                       check=lambda what: self._check_time(t0, what),
+                                       scalar_edges=self.scalar_edges)
         t_costs = time.perf_counter() - t0 - t_space
         names = [vtx[0] for vtx in vertices]
         t1 = time.perf_counter()

@@ -199,22 +199,41 @@ class _Batch:
         return busy.max(axis=1) + np.asarray(self.link_seconds)
 
 
-def edges_between(step, vertex_of) -> dict:
-    """``{(u, v): ops reading across}`` for every pair of vertices joined by a tensor or a
-    control input (``u < v``); the readers in both directions, in step order."""
+def edges_between(step, vertex_of, scalar_edges=False) -> dict:
+    """``{(u, v): ops reading across}`` for every pair of vertices joined by a tensor
+    (``u < v``); the readers in both directions, in step order.
+
+    A pair joined only by control inputs (no bytes: all-zero terms) is no edge.
+    Unless ``scalar_edges``, neither is a pair joined only by scalars and shape
+    vectors (at most :data:`~fddps.search.pase_vertices.SCALAR` elements: a
+    latency at most, left out of the additive cost; the simulation keeps them):
+    the weight decay's sum reads every layer's ``L2Loss``, which would join
+    every layer to one vertex and make the tables as large as the network is
+    deep.
+    """
+    from .pase_vertices import SCALAR, _elements
+
     out = defaultdict(list)
     for name, op in step.ops.items():
         v = vertex_of[name]
-        for src in dict.fromkeys([p for p, _ in op.inputs] + list(op.control_inputs)):
+        for src, port in op.inputs:
             u = vertex_of[src]
-            if u != v:
+            if u != v and (scalar_edges or _elements(step.ops[src], port) > SCALAR):
                 key = (min(u, v), max(u, v))
                 if name not in out[key]:
                     out[key].append(name)
-    return dict(out)
+    # Every reader across an edge, scalars and control inputs included.
+    for name, op in step.ops.items():
+        v = vertex_of[name]
+        for src in [p for p, _ in op.inputs] + list(op.control_inputs):
+            key = (min(vertex_of[src], v), max(vertex_of[src], v))
+            if key in out and name not in out[key]:
+                out[key].append(name)
+    position = {n: i for i, n in enumerate(step.ops)}
+    return {k: sorted(r, key=position.get) for k, r in out.items()}
 
 
-def build_tables(step, cluster, cost_model, vertices, configs, check=None):
+def build_tables(step, cluster, cost_model, vertices, configs, check=None, scalar_edges=False):
     """``(unary, pairwise)`` of the additive cost (module notes).
 
     Parameters
@@ -224,6 +243,8 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None):
         Per vertex, its configurations.
     check : callable, optional
         ``check(what)`` is called between vertices and edges (a time budget).
+    scalar_edges : bool
+        As :func:`edges_between`'s.
 
     Returns
     -------
@@ -245,7 +266,7 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None):
         if check:
             check(f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
     pair_terms = {}
-    edges = edges_between(step, vertex_of)
+    edges = edges_between(step, vertex_of, scalar_edges)
     for e, ((u, v), readers) in enumerate(edges.items()):
         term = frozenset((u, v))
         keep = {term}
@@ -331,8 +352,9 @@ class _Configs(dict):
         return self._configs[self._vertex_of[name]][0][1][name]
 
 
-def additive_cost(step, cluster, cost_model, vertices, strategy):
-    """The additive cost of a whole ``strategy`` (module notes), from its full expansion.
+def additive_cost(step, cluster, cost_model, vertices, strategy, scalar_edges=False):
+    """The additive cost of a whole ``strategy`` (module notes), from its full expansion:
+    the terms of the vertices and of the pairs :func:`edges_between` makes edges.
 
     Returns
     -------
@@ -342,8 +364,9 @@ def additive_cost(step, cluster, cost_model, vertices, strategy):
     configs = {n: strategy.config(n) for n in step.ops}
     layouts = _Layouts(step)
     items = term_items(step, layouts, list(step.ops), configs, vertex_of)
+    edges = {frozenset(e) for e in edges_between(step, vertex_of, scalar_edges)}
     batch = _Batch(cluster)
-    order = list(items)
+    order = [t for t in items if len(t) == 1 or t in edges]
     for term in order:
         batch.add(*items[term])
     values = batch.values(cost_model)

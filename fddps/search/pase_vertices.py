@@ -59,6 +59,18 @@ def _readers(step) -> dict:
     return out
 
 
+#: Tensors of at most this many elements are scalars or shape vectors.
+SCALAR = 8
+
+
+def _elements(op, port) -> float:
+    """Elements of output ``port`` of ``op`` (inf when unknown)."""
+    shape = op.output_shapes[port] if port < len(op.output_shapes) else None
+    if shape is None or any(d is None for d in shape):
+        return float("inf")
+    return float(np.prod(shape)) if shape else 1.0
+
+
 def decides(op) -> bool:
     """Whether an op makes a vertex of its own: it computes or holds weights
     (:func:`~fddps.search.space.worth_deciding`) and is not scalar or shape
@@ -67,8 +79,7 @@ def decides(op) -> bool:
         return False
     if op.param_bytes > 0:
         return True
-    return any(s is None or any(d is None for d in s) or int(np.prod(s)) > 8
-               for s in op.output_shapes)
+    return any(_elements(op, k) > SCALAR for k in range(len(op.output_shapes)))
 
 
 def coarsen(step) -> list:
@@ -109,6 +120,13 @@ def coarsen(step) -> list:
             src = op.inputs[0][0]
             if len(readers[src]) == 1 and worth_deciding(step.ops[src]):
                 join(unit_of[src], unit_of[name])
+    for name, op in step.ops.items():
+        # A reduction to a scalar (a weight decay's L2Loss, the loss's Mean) serves the
+        # tensor it reads: it joins that tensor's producer.
+        big = [src for src, port in op.inputs if _elements(step.ops[src], port) > SCALAR]
+        if not op.tied and op.inputs and len(big) == 1 and not decides(op) and \
+                worth_deciding(op) and not _GRAD.match(name):
+            join(unit_of[big[0]], unit_of[name])
     groups = defaultdict(list)
     for u in units:
         groups[vertices[u]].extend(u)
