@@ -252,3 +252,18 @@ def test_pase_returns_the_fastest_simulated_and_never_loses_to_the_baselines(mlp
     choice = list(itertools.repeat(0, len(configs)))
     total, _ = additive_cost(mlp, cluster, CM, vertices, _strategy(mlp, configs, choice, devices))
     assert tables_cost(unary, pairwise, choice) == pytest.approx(total, rel=1e-9)
+
+
+def test_the_experiment_writes_its_table(tmp_path):
+    from experiments import pase as experiment
+
+    df = experiment.main(["--models", "alexnet", "--alexnet-devices", "2", "--batch", "4",
+                          "--alexnet-dataset", "cifar10", "--flexflow-budget", "0.5",
+                          "--main", "", "--out", str(tmp_path)])
+    assert list(df["strategy"]) == ["data parallel", "fddps", "pase", "flexflow"]
+    pase = df[df["strategy"] == "pase"].iloc[0]
+    assert pase["step_ms"] <= df["step_ms"].iloc[:2].min() + 1e-9
+    assert pase["returned"] in ("pase", "data parallel", "fddps", "one device") or \
+        pase["returned"].startswith("pase runner-up")
+    text = (tmp_path / "pase.md").read_text()
+    assert "| alexnet | 2 | 4 | 32 | pase |" in text and "cores" in text
