@@ -170,7 +170,7 @@ def write_markdown(df, path, command, seconds):
         f"Command: `{command}`  ",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {cpu_name()}, "
         f"{os.cpu_count()} cores, shared with other jobs (loaded: timings are comparable "
-        f"only as ratios inside this run); {seconds:.0f} s in all.",
+        f"only as ratios inside one run); {seconds:.0f} s for the last command.",
         "",
         "Simulated P100s (the default cost model). `step_ms`: the simulated step of each "
         "strategy; `search_s`: the search's wall-clock seconds (pase: graph, "
@@ -219,6 +219,8 @@ def main(argv=None):
     ap.add_argument("--alexnet-dataset", default="imagenet")
     ap.add_argument("--batch", type=int, default=None, help="one batch for every model")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--append", action="store_true",
+                    help="replace only these (model, devices) rows of an existing pase.csv")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     counts = {"*": args.devices, "alexnet": args.alexnet_devices}
@@ -227,9 +229,21 @@ def main(argv=None):
              args.dataset, batches, alexnet_dataset=args.alexnet_dataset)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "pase.csv", index=False)
     command = "python -m experiments.pase " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_markdown(df, out / "pase.md", command.strip(), time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    if args.append and (out / "pase.csv").exists():
+        old = pd.read_csv(out / "pase.csv")
+        redone = set(zip(df["model"], df["devices"]))
+        keep = old[[(m, d) not in redone for m, d in zip(old["model"], old["devices"])]]
+        df = pd.concat([keep, df], ignore_index=True)
+        order = {m: i for i, m in enumerate(MODELS)}
+        df = df.sort_values(["model", "devices"], key=lambda c: c.map(order) if c.name == "model"
+                            else c, kind="stable").reset_index(drop=True)
+        previous = (out / "pase.md").read_text().split("Command: `", 1)[1].split("`", 1)[0] \
+            if (out / "pase.md").exists() else ""
+        command = f"{previous}`, then `{command.strip()}" if previous else command
+    df.to_csv(out / "pase.csv", index=False)
+    write_markdown(df, out / "pase.md", command.strip(), seconds)
     print(f"wrote {out / 'pase.csv'} and {out / 'pase.md'}")
     return df
 

@@ -67,18 +67,24 @@ def _neighbours(n, edges):
 def paper_order(n, edges) -> list:
     """The paper's order: repeatedly the vertex with the fewest unprocessed neighbours
     (neighbours gained by elimination included; ties: lowest index)."""
+    import heapq
+
     nb = _neighbours(n, edges)
-    left, order = set(range(n)), []
-    degree = [len(s) for s in nb]
-    while left:
-        x = min(left, key=lambda v: (degree[v], v))
+    done = [False] * n
+    heap = [(len(nb[v]), v) for v in range(n)]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        deg, x = heapq.heappop(heap)
+        if done[x] or deg != len(nb[x]):
+            continue  # stale entry
+        done[x] = True
         order.append(x)
-        left.discard(x)
-        scope = nb[x] & left
+        scope = nb[x]
         for v in scope:
-            nb[v] |= scope - {v}
             nb[v].discard(x)
-            degree[v] = len(nb[v] & left)
+            nb[v] |= scope - {v}
+            heapq.heappush(heap, (len(nb[v]), v))
     return order
 
 

@@ -315,16 +315,28 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
         if step.ops[n].tied and step.ops[n].group is not None:
             groups[step.ops[n].group].append(n)
     shardable = shardable_groups(step) if writable and groups else {}
-    seen = {config_key(out[0][1])}
+    whole = OpConfig({}, (devices[0],))
+    # Ops no letter maps to the anchor are whole on the first device in every split
+    # configuration: built once, and left out of the duplicate check.
+    mapped = [n for n in vertex if maps.get(n) and dims_of[n] is not None]
+    grouped = [n for names in groups.values() for n in names]
+    keyed = list(dict.fromkeys(mapped + grouped))
+    signature = {n: (step.ops[n].tied and not maps[n],) + tuple(
+        (d, maps[n].get(d), dims_of[n].extent[d]) for d in dims_of[n].dims) for n in mapped}
+    seen = set()
     for factors in factor_tuples([adims.extent[d] for d in letters], k, powers_of_two):
         f = dict(zip(letters, factors))
         stride, s = {}, 1
         for d in reversed(letters):
             stride[d] = s
             s *= f[d]
-        cfgs = {}
-        for n in vertex:
-            cfgs[n] = _op_config(step.ops[n], dims_of[n], maps.get(n, {}), f, stride, devices)
+        cfgs = dict.fromkeys(vertex, whole)
+        made = {}  # ops with one signature (dimensions, their letters, extents) split alike
+        for n in mapped:
+            sig = signature[n]
+            if sig not in made:
+                made[sig] = _op_config(step.ops[n], dims_of[n], maps[n], f, stride, devices)
+            cfgs[n] = made[sig]
         for g, names in groups.items():
             # Ops bound to one group share one configuration: the first split one's, if
             # every member has its dimensions (a variable, its reads, slots, update).
@@ -339,8 +351,8 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
                         break
             for n in names:
                 cfgs[n] = split if ok else OpConfig({}, (homes.get(g, devices[0]),))
-        key = config_key(cfgs)
-        if key in seen or not any(c.num_parts > 1 for c in cfgs.values()):
+        key = config_key({n: cfgs[n] for n in keyed})
+        if key in seen or not any(cfgs[n].num_parts > 1 for n in keyed):
             continue
         seen.add(key)
         label = "".join(f"{d}{f[d]}" for d in letters if f[d] > 1)
