@@ -222,8 +222,8 @@ class _Refuse:
 
 
 def test_table_sizes_are_refused_before_any_cost_naming_the_vertex(mlp):
-    with pytest.raises(SearchError, match=r"vertex '.+' would need a table of \d+ entries "
-                                          r"\(\d+ unprocessed neighbours, \d+ configurations"):
+    with pytest.raises(SearchError, match=r"vertex '.+' \(\d+ ops\) would need a table of \d+ "
+                                          r"entries \(\d+ unprocessed neighbours, \d+ configurations"):
         PaseSearch(max_table=50).fit(mlp, CM.cluster(GPUS), _Refuse())
     with pytest.raises(SearchError, match="option 'order' must be one of best, paper, dfs"):
         PaseSearch(order="bfs")

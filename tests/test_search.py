@@ -232,7 +232,8 @@ def test_pase_is_the_exhaustive_optimum_of_its_cost_on_a_real_step_and_mcmc_beat
 def test_pase_names_the_vertex_whose_table_is_too_large(cnn, cm):
     from fddps.search.pase import PaseSearch
 
-    with pytest.raises(SearchError, match=r"vertex '.+' would need a table of \d+ entries"):
+    with pytest.raises(SearchError, match=r"vertex '.+' \(\d+ ops\) would need a table of \d+ "
+                                          r"entries"):
         PaseSearch(max_table=20).fit(cnn[-1], cm.cluster(GPUS), cm)
     with pytest.raises(SearchError, match="'max_table' must be a positive integer"):
         PaseSearch(max_table=-1)

@@ -49,7 +49,7 @@ from ..strategy.strategy import OpConfig
 from .base import SearchError, SearchResult, StrategySearch, positive, register_search
 from .evaluate import StrategyEvaluator
 from .pase_tables import build_tables, tables_cost
-from .pase_vertices import _dims, coarsen, vertex_configs, vertex_homes
+from .pase_vertices import _dims, anchor, coarsen, vertex_configs, vertex_homes
 from .space import baseline_strategies, writable_strategy
 
 ORDERS = ("best", "paper", "dfs")
@@ -281,10 +281,12 @@ class PaseSearch(StrategySearch):
         chosen = self.order if self.order != "best" else min(
             plans, key=lambda k: (plans[k][0], plans[k][3], k != "paper"))
         worst, who, scope_len, total = plans[chosen]
+        self.names = [anchor(step, vtx, dims_of) or vtx[0] for vtx in vertices]
         if worst > self.max_table:
             others = ", ".join(f"{k}: {int(p[0])}" for k, p in plans.items())
             raise SearchError(
-                f"vertex {vertices[who][0]!r} would need a table of {int(worst)} entries "
+                f"vertex {self.names[who]!r} ({len(vertices[who])} ops) would need a table of "
+                f"{int(worst)} entries "
                 f"({scope_len} unprocessed neighbours, {sizes[who]} configurations of its own; "
                 f"max_table={self.max_table}; largest table by order: {others})")
         info = dict(order=chosen, largest_table={k: int(p[0]) for k, p in plans.items()},
@@ -309,7 +311,7 @@ class PaseSearch(StrategySearch):
                                        check=lambda what: self._check_time(t0, what),
                                        scalar_edges=self.scalar_edges)
         t_costs = time.perf_counter() - t0 - t_space
-        names = [vtx[0] for vtx in vertices]
+        names = self.names
         t1 = time.perf_counter()
         cost, choice = eliminate(unary, pairwise, self.max_table, names, order)
         t_dp = time.perf_counter() - t1
