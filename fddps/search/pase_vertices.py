@@ -92,7 +92,7 @@ def coarsen(step) -> list:
     ...                OpInfo("s", "Shape", inputs=(("x", 0),), output_shapes=((2,),)),
     ...                OpInfo("y", "Relu", inputs=(("x", 0),), flops=32768.0)])
     >>> coarsen(g)
-    [['x', 's', 'y']]
+    [['x', 'y', 's']]
     """
     units = decision_units(step)
     unit_of = {n: u for u in units for n in u}
@@ -264,7 +264,7 @@ def factor_tuples(extents, k, powers_of_two=False) -> list:
     >>> factor_tuples([4, 4], 2)
     [(1, 2), (2, 1)]
     >>> len(factor_tuples([64, 64, 64], 4)), len(factor_tuples([64, 64, 64], 4, True))
-    (16, 9)
+    (12, 9)
     """
     out = []
 
