@@ -3,7 +3,8 @@
 - :mod:`.evaluate`: strategies scored by simulation, by delta (:class:`StrategyEvaluator`);
 - :mod:`.space`: decision units, their configurations, the baseline strategies;
 - :mod:`.flexflow`: FlexFlow's Metropolis-Hastings search (``"flexflow"``);
-- :mod:`.pase`: the exact vertex-elimination DP for an additive cost (``"pase"``);
+- :mod:`.pase`: the exact vertex-elimination DP for an additive cost (``"pase"``), on
+  :mod:`.pase_vertices`' graph and configurations and :mod:`.pase_tables`' costs;
 - :mod:`.fddps_space`: FD-DPS whose split step chooses among every configuration (``"fddps_space"``);
 - :mod:`.auto`: the best of the baselines and both searches in a time budget (``"auto"``);
 - :mod:`.tofu`: Tofu's recursive partitioning (EuroSys 2019, Section 5; ``"tofu"``).

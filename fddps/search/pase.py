@@ -2,143 +2,131 @@
 
 The optimal-strategy paper (``optimal-strategy-vertex-elimination.md``; PaSE)
 minimises ``sum_v t_V(v, c_v) + sum_(u,v) t_E((u, v), c_u, c_v)`` exactly by
-eliminating vertices in order of fewest unprocessed neighbours: eliminating
-``v`` keeps, for every combination of its remaining neighbours'
-configurations, only the best configuration of ``v`` (its Algorithm 1; the
-paper's Algorithm 2, line 7, should return true). That is min-sum variable
-elimination, implemented here on numpy tables: :func:`eliminate`.
+eliminating vertices one at a time: eliminating ``v`` keeps, for every
+combination of its remaining neighbours' configurations, only the best
+configuration of ``v`` (its Algorithm 1; the paper's Algorithm 2, line 7,
+should return true). That is min-sum variable elimination on numpy tables:
+:func:`eliminate`.
 
-The graph it runs on (:func:`coarsen`): each forward op with its gradient ops
-(``gradients/<op>_grad/...``) and the variables, slots and update its forward
-op reads is one vertex; an element-wise op whose only producer it is the only
-reader of is folded into that producer's vertex (Tofu's and the paper's
-coarsening); ops that neither compute nor move bytes stay whole on the first
-device. Each vertex takes one of a bounded set of configurations
-(:func:`vertex_configs`): whole on each device; its ops split by sample over
-the first ``p`` devices (data parallelism); or its convolutions and MatMuls
-split by parameter and the rest by sample (``p`` a power of two up to the
-number of devices). The paper bounds an op's configurations to split factors
-whose product is at most the number of devices; here each op of a vertex
-splits one dimension, so a vertex has ``k + 2 log2 k`` configurations on
-``k`` devices (8 on 4, 14 on 8).
+What it runs on:
 
-The costs come from the same cost model and expansion the simulator uses
-(:class:`~fddps.search.evaluate.StrategyEvaluator`'s fragments): ``t_V`` is the
-vertex's tasks' time on its busiest device plus the transfers inside it;
-``t_E`` is the transfers between the two vertices' tasks (both directions, the
-slowest link's sum). The DP's result is exact for that cost, which is blind to
-overlap, so it is expanded and re-timed by the simulator; both are reported.
+- the graph (:func:`~fddps.search.pase_vertices.coarsen`): every op of the
+  step in one vertex (a layer with its gradients, variables and
+  element-wise tail; shape and scalar ops join the vertex they serve), every
+  tensor between two vertices an edge;
+- the configurations (:func:`~fddps.search.pase_vertices.vertex_configs`):
+  the paper's, a split factor for every dimension of the layer's iteration
+  domain at once (product at most the device count; reduction dimensions give
+  partial sums), plus the whole vertex on each device; parts on devices by a
+  fixed rule;
+- the cost (:mod:`~fddps.search.pase_tables`): ``t_V`` depends only on the
+  vertex's own configuration; what a reader pays to convert its producer's
+  layout (transfers, partial-sum reduces, slices, concatenations) is in the
+  pair's ``t_E``; the tables' sum at any strategy is that strategy's
+  additive cost (:func:`~fddps.search.pase_tables.additive_cost`).
 
-A vertex whose table would exceed ``max_table`` entries raises
-:class:`~fddps.search.base.SearchError` naming the vertex and the size.
+Before any cost is computed, the elimination order is fixed and the size of
+every table it will build is known from the graph and the configuration
+counts (:func:`plan`): the paper's order (fewest unprocessed neighbours) and a
+depth-first order are compared and the one with the smaller tables kept; a
+table over ``max_table`` entries is refused at once, naming the vertex.
+
+The additive cost is blind to overlap, so the DP's answer, a few runners-up
+(the optimum with one of its most expensive choices forbidden) and the
+baselines (data parallelism, FD-DPS's whole-op placement, one device) are
+expanded and simulated; the fastest simulated step is returned and ``info``
+says which (``returned``), with the DP's additive cost and its simulated step.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections import defaultdict
 
 import numpy as np
-from networkx.utils import UnionFind
 
-from ..strategy.ops import NotDescribed, resolve
-from ..strategy.strategy import PARAMETER_DIMS, OpConfig, sample_dim
+from ..strategy.strategy import OpConfig
 from .base import SearchError, SearchResult, StrategySearch, positive, register_search
 from .evaluate import StrategyEvaluator
-from .space import decision_units, unit_splits, worth_deciding, writable_strategy
+from .pase_tables import build_tables, tables_cost
+from .pase_vertices import _dims, anchor, coarsen, vertex_configs, vertex_homes
+from .space import baseline_strategies, writable_strategy
 
-_GRAD = re.compile(r"^gradients(?:_\d+)?/(.*)_grad/")
-
-#: Op types folded into their producer's vertex (same layout in and out).
-ELEMENTWISE = {"Relu", "Relu6", "BiasAdd", "AddV2", "Add", "Mul", "Sub", "FusedBatchNormV3",
-               "Identity", "Tanh", "Sigmoid", "Cast", "Neg"}
+ORDERS = ("best", "paper", "dfs")
 
 
-def coarsen(step) -> list:
-    """Vertices of the DP: lists of op names (see the module notes), in step order.
-
-    Groups of ops that neither compute, hold weights, nor are large splittable
-    tensors are in no vertex (they stay whole on the first device).
-    """
-    unit_of = {}
-    units = decision_units(step)
-    for u in units:
-        for n in u:
-            unit_of[n] = u
-    vertices = UnionFind(units)
-    join = vertices.union
-
-    readers = defaultdict(list)
-    for name, op in step.ops.items():
-        for src, _ in op.inputs:
-            readers[src].append(name)
-    for name, op in step.ops.items():
-        m = _GRAD.match(name)
-        if m and m.group(1) in step.ops:  # a gradient op joins its forward op
-            join(unit_of[m.group(1)], unit_of[name])
-    for name, op in step.ops.items():
-        if op.tied and op.group is not None:  # variables join their first forward reader
-            for r in readers[name]:
-                if not step.ops[r].tied and not _GRAD.match(r):
-                    join(unit_of[r], unit_of[name])
-                    break
-        if op.op_type in ELEMENTWISE and op.inputs and not _GRAD.match(name):
-            src = op.inputs[0][0]
-            if len(readers[src]) == 1 and worth_deciding(step.ops[src]):
-                join(unit_of[src], unit_of[name])
-    groups = defaultdict(list)
-    for u in units:
-        groups[vertices[u]].extend(u)
-    position = {n: i for i, n in enumerate(step.ops)}
-    out = [sorted(g, key=position.get) for g in groups.values()
-           if any(worth_deciding(step.ops[n]) for n in g)]
-    return sorted(out, key=lambda g: position[g[0]])
-
-
-def vertex_configs(step, vertex, devices, writable=False) -> list:
-    """The bounded configurations of a vertex: ``(label, {op: OpConfig})`` per choice.
-
-    Whole on each device; for each power of two ``p`` up to ``len(devices)``,
-    by sample over ``devices[:p]`` and by parameter (convolutions, MatMuls;
-    the rest by sample). In the split choices, tied ops (variables, their
-    reads and updates) and ops that cannot split that way stay whole on the
-    first device. Choices that split no op of the vertex, and duplicates, are
-    left out.
-    """
-    k = len(devices)
-    out = [(f"whole@{d}", {n: OpConfig({}, (d,)) for n in vertex}) for d in devices]
-    batch = step.batch_size
-    seen = set()
-    p = 2
-    while p <= k:
-        devs = tuple(devices[:p])
-        for kind in ("sample", "parameter"):
-            cfgs = {}
-            for n in vertex:
-                op = step.ops[n]
-                cfg = OpConfig({}, (devices[0],))
-                try:
-                    dims = resolve(op)
-                except NotDescribed:
-                    dims = None
-                if dims is not None and not op.tied:
-                    d = PARAMETER_DIMS.get(op.op_type) if kind == "parameter" else None
-                    if d is None or d not in dims.extent:
-                        d = sample_dim(dims, batch)
-                    if d is not None and dims.extent[d] >= p and \
-                            {d: p} in unit_splits(step, (n,), k, writable=writable):
-                        cfg = OpConfig({d: p}, devs)
-                cfgs[n] = cfg
-            key = tuple((tuple(sorted(c.split.items())), c.devices) for c in cfgs.values())
-            if key not in seen and any(c.num_parts > 1 for c in cfgs.values()):
-                seen.add(key)
-                out.append((f"{kind}x{p}", cfgs))
-        p *= 2
+def _neighbours(n, edges):
+    out = [set() for _ in range(n)]
+    for (u, v) in edges:
+        if u != v:
+            out[u].add(v)
+            out[v].add(u)
     return out
 
 
-def eliminate(unary, pairwise, max_table=10**7, names=None):
+def paper_order(n, edges) -> list:
+    """The paper's order: repeatedly the vertex with the fewest unprocessed neighbours
+    (neighbours gained by elimination included; ties: lowest index)."""
+    import heapq
+
+    nb = _neighbours(n, edges)
+    done = [False] * n
+    heap = [(len(nb[v]), v) for v in range(n)]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        deg, x = heapq.heappop(heap)
+        if done[x] or deg != len(nb[x]):
+            continue  # stale entry
+        done[x] = True
+        order.append(x)
+        scope = nb[x]
+        for v in scope:
+            nb[v].discard(x)
+            nb[v] |= scope - {v}
+            heapq.heappush(heap, (len(nb[v]), v))
+    return order
+
+
+def dfs_order(n, edges) -> list:
+    """A depth-first order: the reverse of a depth-first preorder from vertex 0 (the step's
+    first), so that the last-discovered vertices (leaves of the search tree, the ends of
+    chains) are eliminated first."""
+    nb = [sorted(s) for s in _neighbours(n, edges)]
+    seen, pre = [False] * n, []
+    for root in range(n):
+        if seen[root]:
+            continue
+        stack = [root]
+        while stack:
+            x = stack.pop()
+            if seen[x]:
+                continue
+            seen[x] = True
+            pre.append(x)
+            stack.extend(v for v in reversed(nb[x]) if not seen[v])
+    return pre[::-1]
+
+
+def plan(sizes, edges, order):
+    """The tables an elimination in ``order`` builds: ``(largest entries, its vertex, its
+    scope size, total entries)``, from the configuration counts alone."""
+    nb = _neighbours(len(sizes), edges)
+    done = [False] * len(sizes)
+    worst, who, scope_len, total = 0, None, 0, 0
+    for x in order:
+        scope = [v for v in nb[x] if not done[v]]
+        entries = float(np.prod([float(sizes[v]) for v in scope])) * sizes[x]
+        total += entries
+        if entries > worst:
+            worst, who, scope_len = entries, x, len(scope)
+        done[x] = True
+        for v in scope:
+            nb[v] |= set(scope) - {v}
+    return worst, who, scope_len, total
+
+
+def eliminate(unary, pairwise, max_table=10**7, names=None, order=None):
     """Exact minimum of ``sum_v unary[v][c_v] + sum_(u,v) pairwise[u,v][c_u, c_v]``.
 
     Parameters
@@ -146,12 +134,13 @@ def eliminate(unary, pairwise, max_table=10**7, names=None):
     unary : list of 1-d arrays
         Per vertex, its cost per configuration.
     pairwise : dict of (u, v) -> 2-d array
-        Per edge (u < v or any order, at most one per pair), costs indexed
-        ``[c_u, c_v]``.
+        Per edge (any order, at most one per pair), costs indexed ``[c_u, c_v]``.
     max_table : int
         Largest table (entries) an elimination may build.
     names : list of str, optional
         Vertex names for the error message.
+    order : list of int, optional
+        The elimination order (default: the paper's, :func:`paper_order`).
 
     Returns
     -------
@@ -170,27 +159,30 @@ def eliminate(unary, pairwise, max_table=10**7, names=None):
     (3.0, [0, 0])
     """
     n = len(unary)
-    factors = [((v,), np.asarray(unary[v], dtype=np.float64)) for v in range(n)]
-    for (u, v), table in pairwise.items():
-        factors.append(((u, v), np.asarray(table, dtype=np.float64)))
     sizes = [len(u) for u in unary]
-    neighbours = [set() for _ in range(n)]
-    for (u, v) in pairwise:
-        neighbours[u].add(v)
-        neighbours[v].add(u)
-    left = set(range(n))
-    trace = []  # (vertex, scope, argmin table)
-    while left:
-        x = min(left, key=lambda v: (len(neighbours[v] & left), v))
-        mine = [f for f in factors if x in f[0]]
-        factors = [f for f in factors if x not in f[0]]
+    if order is None:
+        order = paper_order(n, list(pairwise))
+    worst, who, scope_len, _ = plan(sizes, list(pairwise), order)
+    if worst > max_table:
+        name = names[who] if names else who
+        raise SearchError(f"vertex {name!r} would need a table of {int(worst)} entries "
+                          f"({scope_len} unprocessed neighbours, {sizes[who]} configurations "
+                          f"of its own; max_table={max_table})")
+    bucket = defaultdict(list)  # vertex -> factor ids mentioning it
+    factors = {}
+    for v in range(n):
+        factors[v] = ((v,), np.asarray(unary[v], dtype=np.float64))
+        bucket[v].append(v)
+    for fid, ((u, v), table) in enumerate(pairwise.items(), start=n):
+        factors[fid] = ((u, v), np.asarray(table, dtype=np.float64))
+        bucket[u].append(fid)
+        bucket[v].append(fid)
+    next_id = n + len(pairwise)
+    trace = []
+    constant = 0.0
+    for x in order:
+        mine = [factors.pop(f) for f in dict.fromkeys(bucket.pop(x, ())) if f in factors]
         scope = sorted({v for s, _ in mine for v in s} - {x})
-        entries = int(np.prod([sizes[v] for v in scope], dtype=np.int64)) * sizes[x]
-        if entries > max_table:
-            who = names[x] if names else x
-            raise SearchError(f"vertex {who!r} would need a table of {entries} entries "
-                              f"({len(scope)} unprocessed neighbours, {sizes[x]} configurations "
-                              f"each side; max_table={max_table})")
         axes = scope + [x]
         total = np.zeros([sizes[v] for v in axes])
         for s, table in mine:
@@ -201,160 +193,180 @@ def eliminate(unary, pairwise, max_table=10**7, names=None):
                 shape[axes.index(s[i])] = sizes[s[i]]
             total = total + t.reshape(shape)
         trace.append((x, scope, np.argmin(total, axis=-1)))
-        factors.append((tuple(scope), np.min(total, axis=-1)))
-        for v in scope:
-            neighbours[v] |= set(scope) - {v}
-        left.discard(x)
-    cost = float(sum(t.sum() if t.ndim == 0 else float(t) for s, t in factors if not s))
+        reduced = np.min(total, axis=-1)
+        if scope:
+            factors[next_id] = (tuple(scope), reduced)
+            for v in scope:
+                bucket[v].append(next_id)
+            next_id += 1
+        else:
+            constant += float(reduced)
     choice = [0] * n
     for x, scope, arg in reversed(trace):
         choice[x] = int(arg[tuple(choice[v] for v in scope)]) if scope else int(arg)
-    return cost, choice
+    return constant, choice
 
 
 @register_search
 class PaseSearch(StrategySearch):
-    """Vertex elimination on the coarsened step (see the module notes).
+    """Vertex elimination on every op of the step (see the module notes).
 
     Parameters
     ----------
     max_table : int
-        The largest DP table allowed (default 10**7 entries).
+        The largest DP table allowed (default 10**7 entries), checked before costing.
     writable : bool
         Only configurations the GraphDef rewrite writes.
     progress : bool
-        A progress bar over the vertices while costing them.
+        A progress bar while costing.
     time_budget : float, optional
-        Seconds the costing may take; past them a :class:`SearchError` says
-        how far it got (``auto`` then goes on without the DP).
+        Seconds the set-up and costing may take; past them a :class:`SearchError`
+        says how far it got (``auto`` then goes on without the DP).
+    order : str
+        ``"best"`` (default: the paper's or the depth-first order, whichever
+        builds smaller tables), ``"paper"`` or ``"dfs"``.
+    powers_of_two : bool
+        Split factors powers of two only (a departure from the paper, which
+        allows any factors with product at most the device count).
+    retime : int
+        Runners-up of the DP simulated beside its answer (0: the answer only).
+    scalar_edges : bool
+        Make pairs of vertices joined only by scalars and shape vectors edges too
+        (default False: they are left out of the additive cost, a departure:
+        :func:`~fddps.search.pase_tables.edges_between`).
     """
 
     name = "pase"
-    options = dict(max_table=10**7, writable=False, progress=False, time_budget=None)
+    options = dict(max_table=10**7, writable=False, progress=False, time_budget=None,
+                   order="best", powers_of_two=False, retime=3, scalar_edges=False)
 
     def __init__(self, **options):
         super().__init__(**options)
         self.max_table = positive("max_table", self.max_table, integer=True, allow_none=False)
         self.time_budget = positive("time_budget", self.time_budget)
+        if self.order not in ORDERS:
+            raise SearchError(f"option 'order' must be one of {', '.join(ORDERS)}, "
+                              f"got {self.order!r}")
+        if not isinstance(self.retime, int) or self.retime < 0:
+            raise SearchError(f"option 'retime' must be a non-negative integer, got {self.retime!r}")
 
     def _check_time(self, t0, what):
         if self.time_budget is not None and time.perf_counter() - t0 > self.time_budget:
             raise SearchError(f"pase: out of its time_budget ({self.time_budget:g} s) while "
                               f"costing {what}")
 
-    def costs(self, step, cluster, cost_model):
-        """``(vertices, configs, unary, pairwise)`` of the additive cost (module notes)."""
-        from tqdm.auto import tqdm
-
-        t0 = time.perf_counter()  # the budget counts the set-up too: seconds on a big step
+    def space(self, step, cluster, t0=None):
+        """``(vertices, configs, order, plan info)``: the graph and configurations, and the
+        elimination order, checked against ``max_table`` before any cost."""
+        t0 = time.perf_counter() if t0 is None else t0
         devices = list(cluster.names)
-        ev = StrategyEvaluator(step, cluster, cost_model)
         vertices = coarsen(step)
-        vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
+        dims_of = {n: _dims(op) for n, op in step.ops.items()}
+        homes = vertex_homes(step, devices)
         configs = []
         for i, vtx in enumerate(vertices):
-            configs.append(vertex_configs(step, vtx, devices, self.writable))
             self._check_time(t0, f"the configurations of vertex {i + 1} of {len(vertices)} "
                                  f"({vtx[0]!r}, before any cost)")
-        base = {n: OpConfig({}, (devices[0],)) for n in step.ops}
-        lat, inv_bw = cluster.latency, cluster.inv_bandwidth
-        dev_index = cluster.index
-        column = {d.name: ev.types.index(d.type) for d in cluster.devices}  # cost column
+            configs.append(vertex_configs(step, vtx, devices, dims_of=dims_of, homes=homes,
+                                          writable=self.writable,
+                                          powers_of_two=self.powers_of_two))
+        from .pase_tables import edges_between
 
-        def seconds_by_link(edges):
-            load = defaultdict(float)
-            for (a, b), nbytes in edges:
-                if a != b:
-                    i, j = dev_index[a], dev_index[b]
-                    load[i, j] += lat[i, j] + nbytes * inv_bw[i, j]
-            return max(load.values(), default=0.0)
+        vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
+        edges = list(edges_between(step, vertex_of, self.scalar_edges))
+        sizes = [len(c) for c in configs]
+        candidates = {"paper": paper_order(len(vertices), edges),
+                      "dfs": dfs_order(len(vertices), edges)}
+        plans = {k: plan(sizes, edges, o) for k, o in candidates.items()}
+        chosen = self.order if self.order != "best" else min(
+            plans, key=lambda k: (plans[k][0], plans[k][3], k != "paper"))
+        worst, who, scope_len, total = plans[chosen]
+        self.names = [anchor(step, vtx, dims_of) or vtx[0] for vtx in vertices]
+        if worst > self.max_table:
+            others = ", ".join(f"{k}: {int(p[0])}" for k, p in plans.items())
+            raise SearchError(
+                f"vertex {self.names[who]!r} ({len(vertices[who])} ops) would need a table of "
+                f"{int(worst)} entries "
+                f"({scope_len} unprocessed neighbours, {sizes[who]} configurations of its own; "
+                f"max_table={self.max_table}; largest table by order: {others})")
+        info = dict(order=chosen, largest_table={k: int(p[0]) for k, p in plans.items()},
+                    table_entries={k: int(p[3]) for k, p in plans.items()})
+        return vertices, configs, candidates[chosen], info
 
-        def owner(task, cfg_map):
-            """(op, device) of a task of the expansion (a part, its statistics, or a whole op)."""
-            if "/fddps_part_" in task:
-                op, rest = task.split("/fddps_part_")
-                return op, cfg_map[op].devices[int(rest.split("/")[0])]
-            return task, cfg_map[task].devices[0]
-
-        def records(names, cfg_map, costed=True):
-            """Busy seconds per device of ``names``' tasks; edges ((op, dev), (op, dev), bytes)."""
-            frags = ev._build(names, cfg_map, costed)
-            busy, edges = defaultdict(float), []
-            for n in names:
-                for r in frags[n]:
-                    if r[0] in ("T", "C"):  # a task, or a slice or concatenation it pays for
-                        if costed:
-                            busy[r[2]] += float(r[3][0][column[r[2]]])
-                    elif r[0] == "E":
-                        edges.append((owner(r[1], cfg_map), owner(r[2], cfg_map), r[3]))
-                    elif r[0] == "R":  # a reduce request: it runs on the reader's device, inputs arrive there
-                        _, key, consumer, overlapping, costs = r
-                        if costed:
-                            busy[key[3]] += float(costs[0][column[key[3]]])
-                        dst = owner(consumer, cfg_map)
-                        edges.extend((owner(src, cfg_map), dst, b) for src, _, b in overlapping)
-            return busy, edges
-
-        def between(edges, ends):
-            return seconds_by_link([((a[1], b[1]), nbytes) for a, b, nbytes in edges
-                                    if {vertex_of.get(a[0]), vertex_of.get(b[0])} == ends])
-
-        unary = []
-        bar = tqdm(total=len(vertices), desc="pase costs", disable=not self.progress)
-        for i, vtx in enumerate(vertices):
-            row = []
-            for _, cfgs in configs[i]:
-                cfg_map = dict(base)
-                cfg_map.update(cfgs)
-                busy, edges = records(vtx, cfg_map)
-                row.append(max(busy.values(), default=0.0) + between(edges, {i}))
-            unary.append(np.array(row))
-            bar.update(1)
-            self._check_time(t0, f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
-        bar.close()
-        # Edges between vertices: the readers' fragments under both configurations.
-        readers = defaultdict(set)
-        for n, op in step.ops.items():
-            v = vertex_of.get(n)
-            for src in [p for p, _ in op.inputs] + list(op.control_inputs):
-                u = vertex_of.get(src)
-                if v is not None and u is not None and u != v:
-                    readers[tuple(sorted((u, v)))].add(n)
-        position = {n: i for i, n in enumerate(step.ops)}
-        pairwise = {}
-        for e, ((u, v), reading) in enumerate(readers.items()):
-            self._check_time(t0, f"edge {e + 1} of {len(readers)} between vertices")
-            table = np.zeros((len(configs[u]), len(configs[v])))
-            reading = sorted(reading, key=position.get)
-            for a, (_, cu) in enumerate(configs[u]):
-                for b, (_, cv) in enumerate(configs[v]):
-                    cfg_map = dict(base)
-                    cfg_map.update(cu)
-                    cfg_map.update(cv)
-                    table[a, b] = between(records(reading, cfg_map, costed=False)[1], {u, v})
-            pairwise[u, v] = table
+    def costs(self, step, cluster, cost_model):
+        """``(vertices, configs, unary, pairwise)`` of the additive cost (module notes)."""
+        t0 = time.perf_counter()
+        vertices, configs, _, _ = self.space(step, cluster, t0)
+        unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
+                                       check=lambda what: self._check_time(t0, what),
+                                       scalar_edges=self.scalar_edges)
         return vertices, configs, unary, pairwise
 
     def fit(self, step, cluster, cost_model) -> SearchResult:
         t0 = time.perf_counter()
         devices = list(cluster.names)
-        vertices, configs, unary, pairwise = self.costs(step, cluster, cost_model)
-        t_costs = time.perf_counter() - t0
-        names = [vtx[0] for vtx in vertices]
-        cost, choice = eliminate(unary, pairwise, self.max_table, names)
-        chosen = {n: OpConfig({}, (devices[0],)) for n in step.ops}
-        for vtx, cfgs, c in zip(vertices, configs, choice):
-            chosen.update(cfgs[c][1])
+        vertices, configs, order, plan_info = self.space(step, cluster, t0)
+        t_space = time.perf_counter() - t0
+        unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
+                                       check=lambda what: self._check_time(t0, what),
+                                       scalar_edges=self.scalar_edges)
+        t_costs = time.perf_counter() - t0 - t_space
+        names = self.names
+        t1 = time.perf_counter()
+        cost, choice = eliminate(unary, pairwise, self.max_table, names, order)
+        t_dp = time.perf_counter() - t1
+        # Runners-up: the optimum with one of its costliest split choices forbidden.
+        answers = [choice]
+        ranked = sorted(range(len(vertices)), key=lambda v: -unary[v][choice[v]])
+        for v in ranked:
+            if len(answers) > self.retime:
+                break
+            if len(configs[v]) < 2:
+                continue
+            banned = list(unary)
+            banned[v] = unary[v].copy()
+            banned[v][choice[v]] = np.inf
+            _, alt = eliminate(banned, pairwise, self.max_table, names, order)
+            if alt not in answers:
+                answers.append(alt)
         ev = StrategyEvaluator(step, cluster, cost_model)
-        strategy = ev.strategy(chosen, name="pase")
-        if self.writable:
-            strategy = writable_strategy(step, strategy)
-        score = ev.full(strategy)
+        t_search = time.perf_counter() - t0
+
+        def strategy_of(ch, name):
+            chosen = {n: OpConfig({}, (devices[0],)) for n in step.ops}
+            for cfgs, c in zip(configs, ch):
+                chosen.update(cfgs[c][1])
+            s = ev.strategy(chosen, name=name)
+            return writable_strategy(step, s) if self.writable else s
+
+        t2 = time.perf_counter()
+        timed = {}
+        for j, ch in enumerate(answers):
+            label = "pase" if j == 0 else f"pase runner-up {j}"
+            s = strategy_of(ch, label)
+            timed[label] = (ev.full(s), s, tables_cost(unary, pairwise, ch))
+        for label, s in baseline_strategies(step, cluster, cost_model,
+                                            writable=self.writable).items():
+            timed[label] = (ev.full(s), s, None)
+        t_retime = time.perf_counter() - t2
+        best = min(timed, key=lambda k: (timed[k][0].cost, k != "pase"))
+        score, strategy, _ = timed[best]
+        strategy.name = best
         shape = defaultdict(int)
         for cfgs, c in zip(configs, choice):
             shape[cfgs[c][0].split("@")[0]] += 1
-        info = dict(additive_cost=cost, vertices=len(vertices),
-                    configs_per_vertex=max(len(c) for c in configs),
-                    cost_seconds=t_costs, choices=dict(shape), cost=score.cost)
+        info = dict(additive_cost=cost, returned=best,
+                    simulated={k: v[0].makespan for k, v in timed.items()},
+                    additive={k: v[2] for k, v in timed.items() if v[2] is not None},
+                    pase_simulated=timed["pase"][0].makespan,
+                    vertices=len(vertices), ops=len(step.ops),
+                    edges=len(pairwise), configs_per_vertex=max(len(c) for c in configs),
+                    configs_total=sum(len(c) for c in configs),
+                    space_seconds=t_space, cost_seconds=t_costs, dp_seconds=t_dp,
+                    search_seconds=t_search, retime_seconds=t_retime,
+                    choices=dict(shape), cost=score.cost, **plan_info)
         return SearchResult(strategy, score.makespan, score.peak, score.fits, self.name,
                             time.perf_counter() - t0, info)
+
+
+__all__ = ["PaseSearch", "dfs_order", "eliminate", "paper_order", "plan"]

@@ -1,0 +1,269 @@
+"""The vertex-elimination DP (fddps.search.pase): every op in the objective, the paper's
+multi-dimensional configurations, tables equal to the strategy's additive cost, exact
+elimination (brute force on random DAGs), table sizes refused before costing, re-timing."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from costmodel import default_cost_model
+from fddps.search.base import SearchError
+from fddps.search.pase import PaseSearch, dfs_order, eliminate, paper_order
+from fddps.search.pase_tables import additive_cost, build_tables, edges_between, tables_cost
+from fddps.search.pase_vertices import coarsen, factor_tuples, vertex_configs
+from fddps.strategy import OpConfig, Strategy, validate
+from fddps.strategy.graph import OpInfo, StepGraph
+
+GPUS = [f"/device:GPU:{i}" for i in range(4)]
+CM = default_cost_model("p100")
+
+
+def _tensor(name, op_type, inputs, in_shapes, out_shape, flops=0.0, **kw):
+    nbytes = lambda s: 4.0 * float(np.prod(s))  # noqa: E731
+    return OpInfo(name, op_type, inputs=tuple((i, 0) for i in inputs),
+                  input_shapes=tuple(in_shapes), output_shapes=(out_shape,),
+                  input_itemsizes=(4,) * len(in_shapes), output_itemsizes=(4,), flops=flops,
+                  input_bytes=sum(nbytes(s) for s in in_shapes), output_bytes=nbytes(out_shape),
+                  **kw)
+
+
+def random_dag(kinds, picks, batch=8, width=16):
+    """A step of MatMuls (each with its weight constant), element-wise ops and joins
+    (``AddV2`` of two earlier tensors): branches and joins as ``picks`` choose."""
+    shape = (batch, width)
+    ops = [_tensor("x", "Const", (), (), shape)]
+    tensors = ["x"]
+    for i, (kind, pick) in enumerate(zip(kinds, picks)):
+        a = tensors[pick[0] % len(tensors)]
+        name = f"{kind}{i}"
+        if kind == "MatMul":
+            ops.append(_tensor(f"w{i}", "Const", (), (), (width, width)))
+            ops.append(_tensor(name, "MatMul", (a, f"w{i}"), (shape, (width, width)), shape,
+                               flops=2.0 * batch * width * width,
+                               attrs={"transpose_a": False, "transpose_b": False}))
+        elif kind == "AddV2" and len(tensors) > 1:
+            b = tensors[pick[1] % len(tensors)]
+            if b == a:
+                b = tensors[(pick[1] + 1) % len(tensors)]
+            ops.append(_tensor(name, "AddV2", (a, b), (shape, shape), shape,
+                               flops=float(batch * width)))
+        else:
+            ops.append(_tensor(name, "Tanh", (a,), (shape,), shape, flops=4.0 * batch * width))
+        tensors.append(name)
+    return StepGraph(ops)
+
+
+def _brute_force(unary, pairwise):
+    sizes = [len(u) for u in unary]
+    total = np.zeros(sizes)
+    for v, u in enumerate(unary):
+        shape = [1] * len(sizes)
+        shape[v] = sizes[v]
+        total = total + u.reshape(shape)
+    for (a, b), t in pairwise.items():
+        shape = [1] * len(sizes)
+        shape[a], shape[b] = sizes[a], sizes[b]
+        total = total + t.reshape(shape)
+    return float(total.min())
+
+
+def _space(step, k, powers_of_two=False):
+    devices = GPUS[:k]
+    vertices = coarsen(step)
+    configs = [vertex_configs(step, v, devices, powers_of_two=powers_of_two) for v in vertices]
+    return devices, vertices, configs
+
+
+def _strategy(step, configs, choice, devices):
+    chosen = {}
+    for cfgs, c in zip(configs, choice):
+        chosen.update(cfgs[c][1])
+    return Strategy(chosen, devices[0])
+
+
+dag = st.tuples(
+    st.lists(st.sampled_from(["MatMul", "Tanh", "AddV2"]), min_size=2, max_size=5),
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=5, max_size=5),
+    st.integers(2, 4))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(dag, st.randoms(use_true_random=False))
+def test_pase_equals_brute_force_and_tables_equal_the_strategy_cost(drawn, rnd):
+    kinds, picks, k = drawn
+    step = random_dag(kinds, picks)
+    devices, vertices, configs = _space(step, k, powers_of_two=k == 4)
+    sizes = [len(c) for c in configs]
+    if np.prod(sizes, dtype=np.float64) > 3e5:  # keep brute force cheap
+        vertices, configs = vertices[:1], configs[:1]
+        step = StepGraph([step.ops[n] for n in step.ops])
+    cluster = CM.cluster(devices)
+    unary, pairwise = build_tables(step, cluster, CM, vertices, configs)
+    if len(vertices) == len(coarsen(step)):
+        want = _brute_force(unary, pairwise)
+        edges = list(pairwise)
+        for order in (paper_order(len(vertices), edges), dfs_order(len(vertices), edges)):
+            cost, choice = eliminate(unary, pairwise, order=order)
+            assert cost == pytest.approx(want, rel=1e-12, abs=1e-15)
+            assert tables_cost(unary, pairwise, choice) == pytest.approx(want, rel=1e-12)
+    # Tables equal the independent additive cost of whole strategies, at random
+    # choices and at every choice of one vertex with the rest random.
+    vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
+    if set(vertex_of) != set(step.ops):
+        return
+    for trial in range(4):
+        choice = [rnd.randrange(len(c)) for c in configs]
+        s = _strategy(step, configs, choice, devices)
+        validate(s, step, devices)
+        total, terms = additive_cost(step, cluster, CM, vertices, s)
+        assert tables_cost(unary, pairwise, choice) == pytest.approx(total, rel=1e-9, abs=1e-15)
+        for v, t in enumerate(unary):
+            assert terms.get(frozenset((v,)), 0.0) == pytest.approx(t[choice[v]], rel=1e-9,
+                                                                    abs=1e-15)
+
+
+def test_configurations_split_every_dimension_at_once_with_partial_sums():
+    step = random_dag(["MatMul", "Tanh"], [(0, 0), (1, 0)])
+    devices, vertices, configs = _space(step, 4)
+    mm = next(i for i, v in enumerate(vertices) if "MatMul0" in v)
+    labels = [label for label, _ in configs[mm]]
+    # Whole on each device, every factor tuple of (n, k, c) with product <= 4.
+    assert labels[:4] == [f"whole@{d}" for d in devices]
+    assert {"n2c2", "n2k2", "c2k2", "k4", "n3", "c4"} <= set(labels)
+    assert len(labels) == 4 + len(factor_tuples([8, 16, 16], 4))
+    cfgs = dict(configs[mm])
+    # The reduction dimension k split: MatMul's parts hold partial sums, the Tanh
+    # it feeds (folded into the vertex) follows the output layout (n, c) only, each part
+    # on the device of the MatMul part with the same columns and the first k.
+    assert cfgs["c2k2"]["MatMul0"] == OpConfig({"k": 2, "c": 2}, devices[:4])
+    assert cfgs["c2k2"]["Tanh1"] == OpConfig({"c": 2}, (devices[0], devices[2]))
+    assert cfgs["n2c2"]["Tanh1"] == OpConfig({"n": 2, "c": 2}, devices[:4])
+    assert factor_tuples([8, 16, 16], 8, powers_of_two=True) == [
+        t for t in factor_tuples([8, 16, 16], 8) if all(f & (f - 1) == 0 for f in t)]
+
+
+tf = pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    from fddps.tf.strategy_graph import step_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        rng = np.random.default_rng(0)
+        x = tf.constant(rng.standard_normal((64, 32)).astype(np.float32))
+        labels = tf.one_hot(tf.constant(np.arange(64) % 10), 10)
+        h = x
+        for i, width in enumerate((64, 64, 10)):
+            w = tf.compat.v1.get_variable(f"w{i}", [int(h.shape[-1]), width], use_resource=True)
+            b = tf.compat.v1.get_variable(f"b{i}", [width], use_resource=True)
+            h = tf.nn.bias_add(tf.matmul(h, w), b)
+            if i < 2:
+                h = tf.nn.relu(h)
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=labels, logits=h),
+                              name="loss")
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+    return step_graph(g.as_graph_def(), [train.name, "loss:0"])
+
+
+def test_every_op_is_in_a_vertex_and_every_tensor_between_vertices_an_edge(mlp):
+    vertices = coarsen(mlp)
+    names = [n for v in vertices for n in v]
+    assert sorted(names) == sorted(mlp.ops) and len(names) == len(set(names))
+    vertex_of = {n: i for i, v in enumerate(vertices) for n in v}
+    everything = edges_between(mlp, vertex_of, scalar_edges=True)
+    edges = edges_between(mlp, vertex_of)
+    for name, op in mlp.ops.items():
+        for src, port in op.inputs:
+            if vertex_of[src] != vertex_of[name]:
+                pair = tuple(sorted((vertex_of[src], vertex_of[name])))
+                assert name in everything[pair]
+                shape = mlp.ops[src].output_shapes[port]
+                if np.prod(shape) > 8:  # scalars alone make no edge unless asked
+                    assert name in edges[pair]
+    assert set(edges) <= set(everything)
+    # The three layers (forward, gradients, variables, slots) are three vertices; the
+    # scalar arithmetic of the loss's gradient is in the vertex it serves, not a decision.
+    layers = [v for v in vertices if any(mlp.ops[n].op_type == "MatMul" for n in v)]
+    assert len(layers) == 3
+    for v in vertices:
+        assert any(mlp.ops[n].flops > 0 or mlp.ops[n].param_bytes > 0 for n in v), v
+
+
+def test_a_vertex_configures_its_gradients_and_variables_alike(mlp):
+    devices, vertices, configs = _space(mlp, 4)
+    layer = next(v for v in vertices if "MatMul_1" in v)
+    cfgs = dict(configs[vertices.index(layer)])
+    grads = {mlp.ops[n].attrs.get("transpose_a"): n for n in layer
+             if mlp.ops[n].op_type == "MatMul" and n.startswith("gradients")}
+    var = next(n for n in layer if mlp.ops[n].op_type == "VarHandleOp" and "w1" in n)
+    # The layer's (n, k, c) = (64, 64, 64) split (1, 2, 2): the forward MatMul by k and c,
+    # the input gradient (dy @ w^T: its n, k, c are the layer's n, c, k) by c and k, the
+    # weight gradient (x^T @ dy: the layer's k, n, c) by n (its rows: the layer's k) and c,
+    # and the weight, its slot and its update by rows and columns as the weight gradient.
+    c = cfgs["c2k2"]
+    assert c["MatMul_1"].split == {"k": 2, "c": 2}
+    assert c[grads[False]].split == {"k": 2, "c": 2}
+    assert c[grads[True]].split == {"n": 2, "c": 2}
+    assert c[var].split == {"n": 2, "c": 2} and c[var].devices == c[grads[True]].devices
+    s = _strategy(mlp, configs, [len(x) - 1 for x in configs], devices)
+    validate(s, mlp, devices)
+
+
+class _Refuse:
+    def op_times(self, *a, **k):
+        raise AssertionError("costed before the table sizes were checked")
+
+    memory = op_times
+
+
+def test_table_sizes_are_refused_before_any_cost_naming_the_vertex(mlp):
+    with pytest.raises(SearchError, match=r"vertex '.+' \(\d+ ops\) would need a table of \d+ "
+                                          r"entries \(\d+ unprocessed neighbours, \d+ configurations"):
+        PaseSearch(max_table=50).fit(mlp, CM.cluster(GPUS), _Refuse())
+    with pytest.raises(SearchError, match="option 'order' must be one of best, paper, dfs"):
+        PaseSearch(order="bfs")
+
+
+def test_pase_returns_the_fastest_simulated_and_never_loses_to_the_baselines(mlp):
+    from fddps.search import StrategyEvaluator
+
+    cluster = CM.cluster(GPUS[:2])
+    r = PaseSearch().fit(mlp, cluster, CM)
+    sim = r.info["simulated"]
+    assert {"pase", "data parallel", "fddps", "one device"} <= set(sim)
+    assert r.makespan == min(sim.values()) and r.info["returned"] in sim
+    assert r.makespan <= sim["data parallel"] and r.makespan <= sim["fddps"]
+    assert r.info["pase_simulated"] == sim["pase"]
+    assert r.info["additive"]["pase"] == pytest.approx(r.info["additive_cost"], rel=1e-12)
+    assert r.info["order"] in ("paper", "dfs")
+    assert r.info["largest_table"][r.info["order"]] == min(r.info["largest_table"].values())
+    validate(r.strategy, mlp, GPUS[:2])
+    assert StrategyEvaluator(mlp, cluster, CM).full(r.strategy).makespan == r.makespan
+    # The tables' optimum is the brute-force optimum on this real step.
+    devices, vertices, configs = _space(mlp, 2)
+    unary, pairwise = build_tables(mlp, cluster, CM, vertices, configs)
+    assert np.prod([len(c) for c in configs]) < 5e6
+    assert r.info["additive_cost"] == pytest.approx(_brute_force(unary, pairwise), rel=1e-12)
+    choice = list(itertools.repeat(0, len(configs)))
+    total, _ = additive_cost(mlp, cluster, CM, vertices, _strategy(mlp, configs, choice, devices))
+    assert tables_cost(unary, pairwise, choice) == pytest.approx(total, rel=1e-9)
+
+
+def test_the_experiment_writes_its_table(tmp_path):
+    from experiments import pase as experiment
+
+    df = experiment.main(["--models", "alexnet", "--alexnet-devices", "2", "--batch", "4",
+                          "--alexnet-dataset", "cifar10", "--flexflow-budget", "0.5",
+                          "--main", "", "--out", str(tmp_path)])
+    assert list(df["strategy"]) == ["data parallel", "fddps", "pase", "flexflow"]
+    pase = df[df["strategy"] == "pase"].iloc[0]
+    assert pase["step_ms"] <= df["step_ms"].iloc[:2].min() + 1e-9
+    assert pase["returned"] in ("pase", "data parallel", "fddps", "one device") or \
+        pase["returned"].startswith("pase runner-up")
+    text = (tmp_path / "pase.md").read_text()
+    assert "| alexnet | 2 | 4 | 32 | pase |" in text and "cores" in text
