@@ -43,19 +43,23 @@ workloads, see `resnet` and `rnn` for sources and counts):
                                          depth=152, width=10)
     m = slim_models.build_training_graph("rnn_lm", 64)   # FlexFlow's RNNLM
 
+AlexNet (``"alexnet"``, `BENCHMARK_MODELS`: FlexFlow's and the
+vertex-elimination DP's benchmark, the single-tower one-weird-trick net,
+61,100,840 parameters as torchvision's) is built the same way.
+
  See `training` for the graph's contents and
 the model modules (`vgg`, `inception`, `resnet`, `nasnet`, `rnn`) for the
 architectures and their reference parameter counts.
 """
 
-from .training import (ALL_MODELS, LARGE_MODELS, MODELS, PAPER_TABLE3,
+from .training import (ALL_MODELS, BENCHMARK_MODELS, LARGE_MODELS, MODELS, PAPER_TABLE3,
                        SPECS, DatasetPreset, TrainingGraph,
                        build_training_graph, count_parameters,
                        dataset_preset, graph_size, model_parameter_count,
                        parse_model_options, resolved_options, step_graph_def)
 
 __all__ = [
-    "ALL_MODELS", "LARGE_MODELS", "MODELS", "PAPER_TABLE3", "SPECS",
+    "ALL_MODELS", "BENCHMARK_MODELS", "LARGE_MODELS", "MODELS", "PAPER_TABLE3", "SPECS",
     "DatasetPreset", "TrainingGraph", "build_training_graph",
     "count_parameters", "dataset_preset", "graph_size",
     "model_parameter_count", "parse_model_options", "resolved_options",

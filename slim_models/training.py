@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
 
-from . import inception, nasnet, resnet, rnn, vgg
+from . import alexnet, inception, nasnet, resnet, rnn, vgg
 from .layers import Layers
 
 v1 = tf.compat.v1
@@ -102,6 +102,11 @@ _SEQUENCE_DEFAULTS = dict(embedding_size=None)
 
 
 SPECS: Dict[str, _Spec] = {
+    "alexnet": _Spec(alexnet.DEFAULT_IMAGE_SIZE, alexnet.WEIGHT_DECAY,
+                     alexnet.make_layers, alexnet.alexnet,
+                     alexnet.REFERENCE_PARAMS,
+                     "torchvision alexnet = one-weird-trick single tower "
+                     "(Krizhevsky 2014), 61.1M"),
     "vgg16": _Spec(224, vgg.WEIGHT_DECAY, vgg.make_layers, vgg.vgg16,
                    vgg.REFERENCE_PARAMS,
                    "Keras VGG16 / VGG paper (138M)"),
@@ -154,6 +159,11 @@ MODELS = ("vgg16", "inception_v3", "resnet50", "resnet200", "pnasnet_mobile",
 LARGE_MODELS = ("wide_resnet", "rnn_lm", "nmt")
 #: Every model `build_training_graph` builds.
 ALL_MODELS = MODELS + LARGE_MODELS
+#: The strategy-search papers' benchmarks outside the FD-DPS paper's six
+#: (built like them, by name; not in `ALL_MODELS`, whose experiments sweep
+#: the FD-DPS and large-model sets): AlexNet (FlexFlow, the vertex-elimination
+#: DP), per-GPU batch `alexnet.PER_GPU_BATCH`.
+BENCHMARK_MODELS = ("alexnet",)
 
 #: The paper's Table 3 (TF 1.14 TF-Slim graphs): batch, operators, edges.
 PAPER_TABLE3 = {
@@ -197,7 +207,8 @@ def _spec(name: str) -> _Spec:
     try:
         return SPECS[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {ALL_MODELS}") from None
+        raise ValueError(f"unknown model {name!r}; known: "
+                         f"{ALL_MODELS + BENCHMARK_MODELS}") from None
 
 
 def parse_model_options(items) -> Dict[str, Any]:

@@ -36,7 +36,7 @@ def test_interface():
     assert slim_models.dataset_preset("imagenet") == (None, 1000)
     assert slim_models.dataset_preset("imagenet", "nasnet_large") == (331, 1000)
     with pytest.raises(ValueError):
-        slim_models.build_training_graph("alexnet", 2)
+        slim_models.build_training_graph("lenet", 2)
 
     m = slim_models.build_training_graph("vgg16", batch_size=2,
                                          dataset="cifar10", seed=0)
