@@ -355,11 +355,22 @@ def main(argv=None):
                    help="smoke run: AlexNet on 1 and 2 GPUs, 3 proposals, 5 s budgets")
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
+    args.argv = list(argv if argv is not None else __import__("sys").argv[1:])
     from pathlib import Path
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    per_device_input(not args.input_on_one_device)
+    described = per_device_input(not args.input_on_one_device)
+    try:
+        _main(args, p, out)
+    finally:  # the descriptions are for this experiment's simulations only
+        from fddps.strategy.ops import OP_DESCRIPTIONS
+
+        for op_type in described:
+            OP_DESCRIPTIONS.pop(op_type, None)
+
+
+def _main(args, p, out):
     figures = [f for f in args.figure.split(",") if f]
     models = [m for m in args.models.split(",") if m]
     unknown = sorted(set(models) - set(MODELS))
@@ -373,8 +384,7 @@ def main(argv=None):
     if args.quick:
         models, counts, budget, proposals, t5_counts, t5_props = ["alexnet"], [1, 2], 5.0, 3, [2], 2
         strategies = ["data parallel", "expert", "flexflow"]
-    command = "python -m experiments.flexflow " + " ".join(argv if argv is not None else
-                                                           __import__("sys").argv[1:])
+    command = "python -m experiments.flexflow " + " ".join(args.argv)
     if "6" in figures:  # saved after each model, so a cut run keeps what it finished
         done = []
         for model in models:

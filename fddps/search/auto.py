@@ -152,8 +152,8 @@ class AutoSearch(StrategySearch):
             winner = min(candidates, key=lambda n: candidates[n][4])
         strategy, makespan, peak, fits, _ = candidates[winner]
         # MCMC started from the others: when it only kept a start, credit that start.
-        if winner == "flexflow" and mc.info["start"] in candidates and \
-                candidates[mc.info["start"]][1] == makespan:
+        kept = candidates.get(mc.info["start"]) if winner == "flexflow" else None
+        if kept is not None and kept[1] == makespan and kept[3] == fits:
             winner = mc.info["start"]
             strategy = candidates[winner][0]
         baselines = {n: candidates[n][1] for n in ("one device", "data parallel", "fddps")
