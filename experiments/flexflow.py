@@ -112,11 +112,14 @@ def per_device_input(enable=True) -> list:
     return done
 
 
-def load_step(model, devices):
-    """The step graph of FlexFlow model ``model`` at its per-GPU batch times ``devices``."""
+def load_step(model, devices, seq_length=None):
+    """The step graph of FlexFlow model ``model`` at its per-GPU batch times ``devices``
+    (``seq_length``: the RNNs' unrolled steps, default the paper's 40)."""
     from fddps.tf.strategy_graph import step_graph
 
     name, per_gpu, options = MODELS[model]
+    if seq_length and name in ("rnntc", "rnn_lm", "nmt"):
+        options = dict(options, seq_length=int(seq_length))
     extra = dict(dataset="imagenet") if name in ("alexnet", "inception_v3", "wide_resnet") else {}
     m = build_model(name, per_gpu * devices, model_options=options, **extra)
     return step_graph(m.graph_def, [m.train_op.name, m.loss.op.name]), per_gpu
@@ -132,7 +135,7 @@ def measure(step, strategy, cluster, cost_model) -> dict:
 
 
 def run(models, device_counts, cluster_name, budget, proposals, strategies=STRATEGIES, seed=0,
-        log=print):
+        log=print, seq_length=None):
     """One row per (model, devices, strategy): throughput and the Fig. 7 quantities."""
     tf_quiet()
     from fddps.cluster_presets import preset_cluster
@@ -143,10 +146,12 @@ def run(models, device_counts, cluster_name, budget, proposals, strategies=STRAT
     for model in models:
         for k in device_counts:
             t = time.perf_counter()
-            step, per_gpu = load_step(model, k)
+            step, per_gpu = load_step(model, k, seq_length)
             cluster, cm = preset_cluster(cluster_name, k)
             names = list(cluster.names)
+            rnn = MODELS[model][0] in ("rnntc", "rnn_lm", "nmt")
             base = dict(model=model, cluster=cluster_name, devices=k,
+                        seq_length=(seq_length or 40) if rnn else None,
                         nodes=len({d.host for d in cluster.devices}), batch=per_gpu * k,
                         ops=len(step))
             log(f"{model} x{k}: {len(step)} ops, built in {time.perf_counter() - t:.0f} s")
@@ -198,7 +203,7 @@ def _with_ratios(df):
     return df
 
 
-def table5(models, device_counts, cluster_name, proposals, seed=0, log=print):
+def table5(models, device_counts, cluster_name, proposals, seed=0, log=print, seq_length=None):
     """Seconds per proposal by delta and by full simulation from data parallelism."""
     tf_quiet()
     from fddps.cluster_presets import preset_cluster
@@ -210,7 +215,7 @@ def table5(models, device_counts, cluster_name, proposals, seed=0, log=print):
     rows = []
     for model in models:
         for k in device_counts:
-            step, _ = load_step(model, k)
+            step, _ = load_step(model, k, seq_length)
             cluster, cm = preset_cluster(cluster_name, k)
             names = list(cluster.names)
             ev = StrategyEvaluator(step, cluster, cm)
@@ -279,7 +284,8 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
         parts.append("## Fig. 6: per-iteration throughput\n\n" + PAPER_FIG6 + "\n\nOurs "
                      "(`samples_per_s_per_gpu`; `speedup_over_dp`: data parallelism's step over "
                      "the row's; `start`: the start FlexFlow's best came from):\n")
-        parts.append(_md_table(df, ["model", "cluster", "devices", "nodes", "batch", "strategy",
+        parts.append(_md_table(df, ["model", "cluster", "devices", "nodes", "batch",
+                                    "seq_length", "strategy",
                                     "step_s", "samples_per_s_per_gpu", "speedup_over_dp",
                                     "transfer_gb", "fits", "search_s", "proposals", "start",
                                     "winner"]))
@@ -296,7 +302,8 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
         parts.append("\n## Fig. 7: NMT on 64 K80s (16 nodes)\n\nOurs beside the paper's "
                      "(`paper_*`): time per iteration, GB moved between devices per "
                      "iteration, summed task compute time per iteration.\n")
-        parts.append(_md_table(df, ["strategy", "devices", "step_s", "paper_step_s",
+        parts.append(_md_table(df, ["strategy", "devices", "seq_length", "step_s",
+                                    "paper_step_s",
                                     "transfer_gb", "paper_transfer_gb", "compute_s",
                                     "paper_compute_s", "fits", "search_s", "proposals",
                                     "start"]))
@@ -331,6 +338,17 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
   graph (`fddps.search.evaluate`), where FlexFlow re-simulates only the
   changed part of the timeline; so our delta/full ratio is lower.
 - **Input data**: generated on each device (see the module's docstring).
+- **Data parallelism's gradient tuples**: `fddps.strategy.data_parallel`
+  keeps TensorFlow's gradient-tuple `Identity` ops whole, gathering every
+  activation gradient onto one device; the rows here use
+  `fddps.search.flexflow_starts.sample_parallel`, which splits them by
+  sample (AlexNet at batch 4,096 on 16 P100s: 2.20 s with them whole, 0.59 s
+  split).
+- **Unrolled steps**: the `seq_length` column gives the RNNs' unrolled
+  steps; the paper's are 40. Op count, and so expansion and simulation time,
+  grows with them, and a run with fewer keeps the RNNs' searches within this
+  machine's time; per-step structure (and which layers hold the weights) is
+  the same.
 """)
     text = "\n".join(parts)
     (out_dir / "flexflow.md").write_text(text)
@@ -349,6 +367,11 @@ def main(argv=None):
     p.add_argument("--table5-devices", default="4,8,16")
     p.add_argument("--table5-proposals", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seq-length", type=int, default=None,
+                   help="unrolled steps of the RNNs (default the paper's 40; fewer make the "
+                        "task graphs smaller: op count grows with the steps)")
+    p.add_argument("--append", action="store_true",
+                   help="keep the rows of the existing CSVs for other (model, devices)")
     p.add_argument("--input-on-one-device", action="store_true",
                    help="keep the input generators whole on the first device (fddps's default)")
     p.add_argument("--quick", action="store_true",
@@ -385,21 +408,31 @@ def _main(args, p, out):
         models, counts, budget, proposals, t5_counts, t5_props = ["alexnet"], [1, 2], 5.0, 3, [2], 2
         strategies = ["data parallel", "expert", "flexflow"]
     command = "python -m experiments.flexflow " + " ".join(args.argv)
+    def save(df, name, keys):
+        path = out / name
+        if args.append and path.exists():
+            old = pd.read_csv(path)
+            mine = set(zip(*[df[k] for k in keys]))
+            old = old[[t not in mine for t in zip(*[old[k] for k in keys])]]
+            df = pd.concat([old, df], ignore_index=True)
+        if "speedup_over_dp" in df:
+            df = _with_ratios(df)
+        df.to_csv(path, index=False)
+
+    seq = args.seq_length
     if "6" in figures:  # saved after each model, so a cut run keeps what it finished
-        done = []
         for model in models:
-            done.append(run([model], counts, args.cluster, budget, proposals, strategies,
-                            args.seed))
-            _with_ratios(pd.concat(done, ignore_index=True)).to_csv(out / "flexflow_fig6.csv",
-                                                                     index=False)
+            save(run([model], counts, args.cluster, budget, proposals, strategies, args.seed,
+                     seq_length=seq), "flexflow_fig6.csv", ["model", "devices"])
+            args.append = True
     if "7" in figures:
         df = run(["nmt"] if not args.quick else models, [64] if not args.quick else [2],
                  "flexflow-k80", budget, proposals,
-                 [s for s in strategies if s != "auto"], args.seed)
-        df.to_csv(out / "flexflow_fig7.csv", index=False)
+                 [s for s in strategies if s != "auto"], args.seed, seq_length=seq)
+        save(df, "flexflow_fig7.csv", ["model", "devices"])
     if "5" in figures:
-        df = table5(models, t5_counts, args.cluster, t5_props, args.seed)
-        df.to_csv(out / "flexflow_table5.csv", index=False)
+        save(table5(models, t5_counts, args.cluster, t5_props, args.seed, seq_length=seq),
+             "flexflow_table5.csv", ["model", "devices"])
     print(write_page(out, command))
 
 

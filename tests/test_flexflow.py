@@ -38,8 +38,9 @@ def test_cluster_presets_have_the_papers_nodes_links_and_shared_resources():
     assert len(c) == 16 and len({d.host for d in c.devices}) == 4
     a, b, far = c.index[preset_devices("flexflow-p100")[0]], 1, 15
     assert c.bandwidth[a, b] == 18e9 and c.bandwidth[a, far] == 11.5e9  # NVLink, EDR
-    assert {r.name for r in c.link_resources} == {f"host {h} NIC {d}" for h in
-                                                  {d.host for d in c.devices} for d in ("in", "out")}
+    hosts = {d.host for d in c.devices}
+    assert {r.name for r in c.link_resources} == {f"host {h} NIC {way}" for h in hosts
+                                                  for way in ("in", "out")}
     k80, _ = preset_cluster("flexflow-k80", 8)
     assert len({d.host for d in k80.devices}) == 2 and k80.memory[0] == 12e9
     names = {r.name for r in k80.link_resources}

@@ -29,8 +29,8 @@ begun with none left is skipped. So ``auto`` overruns its budget by at most
 the seconds of what always runs (the baselines and Tofu) plus one
 indivisible piece of work of the search that was running when the budget ran
 out (an ``fddps_space`` try: an FD-DPS schedule of the parts and a
-simulation; the DP's costing of one vertex; MCMC's set-up, one start's
-simulation and one proposal); ``info["seconds"]`` has each one's,
+simulation; the DP's costing of one vertex; MCMC's set-up, its starts'
+simulations and one proposal); ``info["seconds"]`` has each one's,
 ``info["cut"]`` the searches the deadline stopped early.
 ``info`` has every candidate's step, the winner and its margin over the best
 baseline.

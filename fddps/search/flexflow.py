@@ -17,13 +17,14 @@ What the paper says, and what this module does by default:
   default serve steps of milliseconds and of seconds alike. With the default
   ``beta_scale = 50`` a proposal 2% of data parallelism's step slower than the
   current strategy is accepted with probability ``1/e``.
-- **Starts** (Sections 6.2 and 8): data parallelism (:func:`~fddps.search.flexflow_starts.sample_parallel`)
-  and a random strategy (:func:`~fddps.search.flexflow_starts.random_strategy`),
-  the paper's two; ours beside them by default: the expert strategy of
-  Section 8.1 (:func:`~fddps.search.flexflow_starts.expert_strategy`; the
-  paper lists expert strategies among possible starts) and FD-DPS's
-  whole-op placement. One chain per start, each with an equal share of what
-  is left of the budget.
+- **Starts** (Sections 6.2 and 8): data parallelism
+  (:func:`~fddps.search.flexflow_starts.sample_parallel`) and a random
+  strategy (:func:`~fddps.search.flexflow_starts.random_strategy`), the
+  paper's two; ours beside them by default: the expert strategy of Section
+  8.1 (:func:`~fddps.search.flexflow_starts.expert_strategy`; the paper
+  lists expert strategies among possible starts) and FD-DPS's whole-op
+  placement. One chain per start, each with an equal share of what is left
+  of the budget.
 - **Stopping** (Section 6.2): a chain stops when its share of the budget is
   spent, or when it has not improved its best for half of its share. The
   share is in seconds with ``time_budget``, else in proposals
@@ -53,7 +54,8 @@ from ..strategy.strategy import OpConfig
 from .base import SearchError, SearchResult, StrategySearch, positive, register_search
 from .evaluate import MEMORY_PENALTY, StrategyEvaluator
 from .flexflow_starts import expert_strategy, random_strategy, sample_parallel
-from .space import baseline_strategies, decision_units, unit_splits, worth_deciding, writable_strategy
+from .space import (baseline_strategies, decision_units, unit_splits, worth_deciding,
+                    writable_strategy)
 
 #: The starts :class:`FlexFlowSearch` knows: the paper's two, then ours.
 STARTS = ("data parallel", "random", "expert", "fddps", "one device")
@@ -103,10 +105,12 @@ class FlexFlowSearch(StrategySearch):
         Proposals in all (shared equally by the chains). Default 1000.
     time_budget : float, optional
         Seconds in all, the evaluator's set-up and the starts included; each
-        chain gets an equal share of what is left when it starts. Once it is
-        spent, the starts not yet begun are skipped (not even simulated; the
-        first chain always runs), so the search overruns it by at most its
-        set-up, one start's simulation and one proposal.
+        chain gets an equal share of what is left when it starts. Every start
+        is simulated first, whatever the budget (so the result is never worse
+        than a start); the chains then run from the best start on, and once
+        the budget is spent the chains not yet begun are skipped (the first
+        always runs). So the search overruns it by at most its set-up, the
+        starts' simulations and one proposal.
     beta_scale : float
         Equation 1's ``beta`` times the first start's simulated cost (default
         50); with ``acceptance="relative"``, the inverse temperature for
@@ -201,14 +205,23 @@ class FlexFlowSearch(StrategySearch):
             if score.fits and (best_fit is None or score.makespan < best_fit.makespan):
                 best_fit, best_from = score, origin
 
-        for c, (start_name, strategy) in enumerate(starts.items()):
-            if deadline is not None and best is not None and time.perf_counter() > deadline:
-                break  # out of time: each further start would cost a full simulation
+        # Every start is scored first (a full simulation each, even past the budget, so
+        # that the result is never worse than a start), then the chains run from the best
+        # start on: when the budget runs out, the chains skipped are the worst starts'.
+        scored = {}
+        for start_name, strategy in starts.items():
             current = ev.reset(strategy)
             start_costs[start_name] = current.makespan
             keep(current, start_name)
             if beta is None:  # Equation 1's beta, fixed for the search (see the module)
                 beta = self.beta_scale / current.cost
+            scored[start_name] = (current, ev.configs, ev.fragments)
+        order = sorted(scored, key=lambda n: (not scored[n][0].fits, scored[n][0].cost))
+        for c, start_name in enumerate(order):
+            if deadline is not None and c > 0 and time.perf_counter() > deadline:
+                break  # out of time
+            current, ev.configs, ev.fragments = scored[start_name]
+            ev.current = current
             chain_best, made, since, stopped = current, 0, 0, "budget"
             chain_t0 = time.perf_counter()
             # Each chain gets an equal share of what is left of the budget (the

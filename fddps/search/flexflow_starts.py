@@ -1,4 +1,4 @@
-"""The strategies FlexFlow's evaluation starts from and compares against (MLSys 2019, Sections 6.2, 8.1).
+"""The strategies FlexFlow's evaluation starts from and compares against (MLSys 2019, 6.2, 8.1).
 
 - :func:`sample_parallel`: data parallelism as FlexFlow's runtime runs it:
   :func:`~fddps.strategy.data_parallel` with TensorFlow's gradient-tuple
