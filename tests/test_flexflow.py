@@ -81,6 +81,16 @@ def test_starts_are_valid_and_sample_parallel_splits_gradient_tuples(step, cm):
     assert tuples  # kept whole by data_parallel, split by sample here
     ev = StrategyEvaluator(step, cluster, cm)
     assert ev.full(dp).makespan < ev.full(dp_old).makespan
+    # untied, TF's gradient-tuple Identity ops are split by data parallelism itself
+    from dataclasses import replace as copy_op
+
+    from experiments.flexflow import untie_gradient_tuples
+    from fddps.strategy.graph import StepGraph
+
+    freed = StepGraph([copy_op(op) for op in step.ops.values()])
+    assert untie_gradient_tuples(freed) >= len(tuples)
+    assert all(data_parallel(freed, GPUS).config(n).num_parts > 1 for n in tuples)
+    assert all(step.ops[n].tied for n in tuples)  # the original step is untouched
     # the expert CNN strategy splits the dense layer's MatMuls by parameter
     assert any(step.ops[n].op_type == "MatMul" and "c" in ex.config(n).split for n in step.ops)
 
