@@ -322,7 +322,8 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
         df = pd.read_csv(fig6)
         parts.append("## Fig. 6: per-iteration throughput\n\n" + PAPER_FIG6 + "\n\nOurs "
                      "(`samples_per_s_per_gpu`; `speedup_over_dp`: data parallelism's step over "
-                     "the row's; `start`: the start FlexFlow's best came from):\n")
+                     "the row's; `start`: the start FlexFlow's best came from; `search_s`: seconds "
+                     "to build the row's strategy, the search's for FlexFlow):\n")
         parts.append(_md_table(df, ["model", "cluster", "devices", "nodes", "batch",
                                     "seq_length", "strategy",
                                     "step_s", "samples_per_s_per_gpu", "speedup_over_dp",
@@ -386,6 +387,20 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
   1.0 GB untied). FlexFlow's operator graph has no such ops: the steps here
   have them untied (`untie_gradient_tuples`; groups holding a variable are
   left alone), so data parallelism splits them by sample.
+- **Data parallelism on the RNNs**: the unrolled graphs read each LSTM
+  weight once per time step and reduce each step's weight gradient on its
+  own; op-level data parallelism (parameter servers) then sends the weight
+  to every device and every partial gradient back at every step (RNNLM, 10
+  steps, 16 P100s: 81 GB per iteration), where FlexFlow's data parallelism
+  keeps a replica per GPU and synchronises once per iteration. So the RNN
+  rows' `speedup_over_dp` is far above the paper's 1.3-3.3x and says little;
+  compare them with the expert strategy, which shares the artifact with 4
+  replicas instead of 16.
+- **Where FlexFlow's best comes from** (`start`): with a proposal costing
+  seconds here, the RNN searches spent their budget simulating their four
+  starts (each start is always simulated) and made no proposals; their
+  result is FD-DPS's whole-op placement, one of our added starts, which
+  moves no weights. AlexNet's and ResNet-101's are the expert strategy's.
 - **Unrolled steps**: the `seq_length` column gives the RNNs' unrolled
   steps; the paper's are 40. Op count, and so expansion and simulation time,
   grows with them, and a run with fewer keeps the RNNs' searches within this
