@@ -376,7 +376,9 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
   proposals found.
 - **Delta simulation** re-expands the touched ops and replays the whole task
   graph (`fddps.search.evaluate`), where FlexFlow re-simulates only the
-  changed part of the timeline; so our delta/full ratio is lower.
+  changed part of the timeline; so our delta/full ratio follows how much of
+  the expansion a change touches (a 16-part op's readers are many fragments)
+  rather than how much of the timeline it moves.
 - **Input data**: generated on each device (see the module's docstring).
 - **TensorFlow's gradient tuples**: `tf.gradients` passes each op's input
   gradients through `Identity` ops colocated with the op computing them. A
