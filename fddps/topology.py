@@ -77,6 +77,11 @@ TOPOLOGIES = {
         "infiniband", nic_bandwidth=11.5 * GB,
         source="one InfiniBand EDR 4x HCA per host: 100 Gb/s = 12.5 GB/s line rate, ~11.5 GB/s "
                "RDMA write bandwidth (perftest ib_write_bw on ConnectX-4/5)"),
+    "infiniband-fdr": TopologyPart(
+        "infiniband-fdr", nic_bandwidth=6.0 * GB,
+        source="one InfiniBand FDR 4x HCA per host: 56 Gb/s signalling, 54.5 Gb/s = 6.8 GB/s of "
+               "data after 64b/66b encoding, ~6.0 GB/s RDMA write bandwidth (perftest ib_write_bw "
+               "on ConnectX-3); FlexFlow's K80 cluster (MLSys 2019, Section 8: '56 GB/s')"),
     "pcie3": TopologyPart(
         "pcie3", lane_bandwidth=12 * GB, gpus_per_switch=2,
         source="PCIe 3.0 x16 per GPU and per switch uplink: 15.75 GB/s line rate per direction, "

@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
 
-from . import alexnet, inception, nasnet, resnet, rnn, vgg
+from . import alexnet, inception, nasnet, resnet, rnn, rnntc, vgg
 from .layers import Layers
 
 v1 = tf.compat.v1
@@ -88,6 +88,11 @@ def _rnn_lm_forward(L, inputs, num_layers, hidden_size, vocab_size,
     del seq_length  # the inputs' shape
     return rnn.rnn_lm(L, inputs["tokens"], num_layers, hidden_size,
                       vocab_size, embedding_size), None
+
+
+def _rnntc_forward(L, inputs, seq_length, **options):
+    del seq_length
+    return rnntc.rnntc(L, inputs["tokens"], **options), None
 
 
 def _nmt_forward(L, inputs, num_layers, hidden_size, vocab_size, seq_length,
@@ -143,6 +148,12 @@ SPECS: Dict[str, _Spec] = {
         "FlexFlow RNNLM config (2x2048 LSTM, 10k words), analytic; "
         "no figure in the paper", inputs="tokens",
         defaults=dict(rnn.FLEXFLOW_RNNLM, **_SEQUENCE_DEFAULTS)),
+    "rnntc": _Spec(
+        None, 0.0, rnn.make_layers, _rnntc_forward,
+        rnntc.rnntc_parameter_count(**rnntc.FLEXFLOW_RNNTC)["total"],
+        "FlexFlow RNNTC config (4x1024 LSTM, Movie Reviews: 18,765 words, "
+        "2 classes), analytic", inputs="classification",
+        defaults=dict(rnntc.FLEXFLOW_RNNTC, **_SEQUENCE_DEFAULTS)),
     "nmt": _Spec(
         None, 0.0, rnn.make_layers, _nmt_forward,
         rnn.nmt_parameter_count(**rnn.FLEXFLOW_NMT)["total"],
@@ -163,7 +174,7 @@ ALL_MODELS = MODELS + LARGE_MODELS
 #: (built like them, by name; not in `ALL_MODELS`, whose experiments sweep
 #: the FD-DPS and large-model sets): AlexNet (FlexFlow, the vertex-elimination
 #: DP), per-GPU batch `alexnet.PER_GPU_BATCH`.
-BENCHMARK_MODELS = ("alexnet",)
+BENCHMARK_MODELS = ("alexnet", "rnntc")
 
 #: The paper's Table 3 (TF 1.14 TF-Slim graphs): batch, operators, edges.
 PAPER_TABLE3 = {
@@ -329,6 +340,10 @@ def _build_sequence_forward(spec: _Spec, batch_size: int, seed: int,
             dtype=tf.int32, name="words")
         inputs = {"tokens": words[:, :-1]}
         labels = words[:, 1:]
+        if spec.inputs == "classification":  # one label per sentence (rnntc)
+            labels = tf.random.stateless_uniform(
+                [batch_size], seed=[seed, 2], minval=0,
+                maxval=int(options["num_classes"]), dtype=tf.int32, name="labels")
         if spec.inputs == "translation":
             inputs = {"source": tf.random.stateless_uniform(
                 [batch_size, steps], seed=[seed, 3], minval=0, maxval=vocab,
@@ -444,7 +459,7 @@ def build_training_graph(name: str, batch_size: int,
         if dataset is not None:
             dataset_preset(dataset, name)  # raises: no image dataset
         _check_sequence_arguments(name, image_size, num_classes)
-        num_classes = int(options["vocab_size"])
+        num_classes = int(options.get("num_classes", options["vocab_size"]))
     else:
         if dataset is not None:
             preset = dataset_preset(dataset, name)

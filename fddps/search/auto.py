@@ -29,8 +29,8 @@ begun with none left is skipped. So ``auto`` overruns its budget by at most
 the seconds of what always runs (the baselines and Tofu) plus one
 indivisible piece of work of the search that was running when the budget ran
 out (an ``fddps_space`` try: an FD-DPS schedule of the parts and a
-simulation; the DP's costing of one vertex; MCMC's set-up, one start's
-simulation and one proposal); ``info["seconds"]`` has each one's,
+simulation; the DP's costing of one vertex; MCMC's set-up, its starts'
+simulations and one proposal); ``info["seconds"]`` has each one's,
 ``info["cut"]`` the searches the deadline stopped early.
 ``info`` has every candidate's step, the winner and its margin over the best
 baseline.
@@ -152,8 +152,8 @@ class AutoSearch(StrategySearch):
             winner = min(candidates, key=lambda n: candidates[n][4])
         strategy, makespan, peak, fits, _ = candidates[winner]
         # MCMC started from the others: when it only kept a start, credit that start.
-        if winner == "flexflow" and mc.info["start"] in candidates and \
-                candidates[mc.info["start"]][1] == makespan:
+        kept = candidates.get(mc.info["start"]) if winner == "flexflow" else None
+        if kept is not None and kept[1] == makespan and kept[3] == fits:
             winner = mc.info["start"]
             strategy = candidates[winner][0]
         baselines = {n: candidates[n][1] for n in ("one device", "data parallel", "fddps")
