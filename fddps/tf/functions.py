@@ -43,6 +43,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..errors import ClusterError, FddpsError
+from .colocation import colocate_fusions
 from .devices import device_matches, parse_device
 from .graphdef import _tf
 from .place import Placement, place
@@ -262,6 +263,14 @@ def _check_pins(step_graph, devices):
                 "under tf.device(...) on one)")
 
 
+def _device_types(devices):
+    """Device types of a device list or Cluster (CPU when none parses)."""
+    if isinstance(devices, Cluster):
+        return tuple(dict.fromkeys(d.type for d in devices.devices))
+    names = [devices] if isinstance(devices, str) else list(devices)
+    return tuple(dict.fromkeys(parse_device(name, "device").device_type for name in names))
+
+
 def _restore_placeholders(graph_def, placeholders, fed):
     """Turn the ``VarHandleOp`` stand-ins back into the captured placeholders (device kept).
 
@@ -457,6 +466,9 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
         for node in gd.node:
             if node.name not in sg["placeholders"]:
                 node.device = ""
+    # TensorFlow fuses some producer-consumer pairs into one kernel on the
+    # producer's device whatever devices they carry: place them together.
+    colocate_fusions(gd, sg["output_names"] + sg["control_names"], _device_types(devices))
     p = place(gd, devices, cost_model, algorithm, memory,
               fetches=sg["output_names"] + sg["control_names"], enforce_order=enforce_order,
               unknown_dim=unknown_dim, **options)
