@@ -42,6 +42,7 @@ Example
 from __future__ import annotations
 
 from ..errors import GraphError
+from .devices import same_device
 from .graphdef import _parse_input, _tf, load_graph
 
 #: oneDNN's post-partitioning fusions: (producer op, consumer op, producer input
@@ -208,3 +209,73 @@ def colocate_fusions(graph_def, fetches=None, device_types=("CPU",)):
             if spec not in attr:
                 attr.append(spec)
     return groups
+
+
+#: Op types TensorFlow's placer does not colocate with their resource inputs
+#: (``colocation_graph.cc``): function calls and IdentityN.
+RESOURCE_COLOCATION_EXEMPT = frozenset({"PartitionedCall", "StatefulPartitionedCall",
+                                        "IdentityN"})
+
+
+def follow_resources(graph_def, resources):
+    """Put every op that reads a pinned resource handle on the handle's device, in place.
+
+    TensorFlow runs an op with a ``resource`` input (``ReadVariableOp``,
+    ``AssignVariableOp``, ``ResourceApply*``, ...) on the device of the
+    resource, whatever device the op carries, and ops colocated with it by a
+    ``_class`` ``loc:@`` attribute go along. A placement that put them
+    elsewhere (a strategy's rewrite places a replica's reads on the replica's
+    device) would be silently moved; this writes where they will run.
+
+    Parameters
+    ----------
+    graph_def : tf.compat.v1.GraphDef
+        The placed graph, modified in place.
+    resources : mapping of str to str
+        Name of each node producing a resource handle that cannot move (a
+        traced step's captured variables) -> the device the resource lives on
+        (the node's own device is set to it too).
+
+    Returns
+    -------
+    list of (str, str, str)
+        ``(node, device it was placed on, device it now carries)`` for each op changed.
+    """
+    nodes = {node.name: node for node in graph_def.node}
+    home = {name: device for name, device in resources.items() if name in nodes}
+    changed = []
+    for name, device in home.items():
+        if not same_device(nodes[name].device or device, device):
+            changed.append((name, nodes[name].device, device))
+            nodes[name].device = device
+    resources = set(home)
+    # Follow resource edges and _class links until nothing changes (chains are short).
+    while True:
+        moved = False
+        for node in graph_def.node:
+            if node.name in home or node.op in RESOURCE_COLOCATION_EXEMPT:
+                continue
+            target = None
+            for s in node.input:
+                if s.startswith("^"):
+                    continue
+                src = _parse_input(s)[0]
+                if src in resources and src in home:
+                    target = home[src]
+                    break
+            if target is None and "_class" in node.attr:
+                for spec in node.attr["_class"].list.s:
+                    spec = spec.decode()
+                    if spec.startswith("loc:@") and spec[5:] in home:
+                        target = home[spec[5:]]
+                        break
+            if target is None:
+                continue
+            home[node.name] = target
+            if not same_device(node.device or target, target):
+                changed.append((node.name, node.device, target))
+                node.device = target
+            moved = True
+        if not moved:
+            break
+    return changed
