@@ -146,8 +146,10 @@ def test_cost_model():
         overhead=5e-6))
 
 
-def measure(models=None, placements=None) -> pd.DataFrame:
-    """One row per model x placement (see the module docstring)."""
+def measure(models=None, placements=None, on_row=None) -> pd.DataFrame:
+    """One row per model x placement (see the module docstring); ``on_row(df)`` is
+    called with the rows so far after each (to save partial results). A placement
+    that raises gets a row with its ``error``."""
     tf_quiet()
     import warnings
 
@@ -162,15 +164,32 @@ def measure(models=None, placements=None) -> pd.DataFrame:
     for name in models or list(builders(keras)):
         case = Case(name, devices, cost_model)
         for placement in placements or list(PLACEMENTS):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                p, seconds = case.place(placement)
-            row = {"model": name, "placement": placement, "nodes": p.info["nodes"],
-                   "place_seconds": round(seconds, 1)}
-            row.update(case.compare(p))
+            row = {"model": name, "placement": placement}
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    p, seconds = case.place(placement)
+                row.update(nodes=p.info["nodes"], place_seconds=round(seconds, 1))
+                row.update(case.compare(p))
+            except Exception as err:  # noqa: BLE001 - recorded in the table, not hidden
+                row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
             rows.append(row)
             print(row, flush=True)
+            if on_row is not None:
+                on_row(pd.DataFrame(rows))
     return pd.DataFrame(rows)
+
+
+def _markdown_table(df) -> str:
+    """A markdown table of ``df`` (floats as %.2e, NaN blank); no tabulate needed."""
+    def cell(v):
+        if isinstance(v, float):
+            return "" if np.isnan(v) else f"{v:.2e}" if v and abs(v) < 1e-3 else f"{v:g}"
+        return str(v)
+
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
 
 
 def write_markdown(df, path, command):
@@ -183,7 +202,7 @@ def write_markdown(df, path, command):
         "",
         "What it measures: " + " ".join(__doc__.split("\n\n")[1].split()),
         "",
-        df.to_markdown(index=False, floatfmt=".2e"),
+        _markdown_table(df),
         "",
     ]
     path.write_text("\n".join(lines))
@@ -195,14 +214,18 @@ def main(argv=None) -> int:
     ap.add_argument("--placements", nargs="+", choices=list(PLACEMENTS))
     ap.add_argument("--out", default=str(RESULTS / "keras_applications.csv"))
     args = ap.parse_args(argv)
-    df = measure(args.models, args.placements)
+    out = ensure_parent(args.out)
+    command = "python -m experiments.keras_applications" + "".join(
+        f" {a!r}" if " " in a else f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+
+    def save(df):
+        df.to_csv(out, index=False)
+        write_markdown(df, out.with_suffix(".md"), command)
+
+    df = measure(args.models, args.placements, on_row=save)
     with pd.option_context("display.width", 160):
         print(df.to_string(index=False))
-    out = ensure_parent(args.out)
-    df.to_csv(out, index=False)
-    write_markdown(df, out.with_suffix(".md"),
-                   "python -m experiments.keras_applications" + "".join(
-                       f" {a}" for a in (argv if argv is not None else sys.argv[1:])))
+    save(df)
     print(f"results: {out}")
     return 0
 

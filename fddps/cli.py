@@ -278,7 +278,7 @@ def cmd_demo(args):
     out.mkdir(parents=True, exist_ok=True)
     _write_graph(p.graph_def, out / "placed_graph.pb")
     p.to_chrome_trace(str(out / "trace.json"))
-    _save_plot(p.schedule, out / "schedule.png", f"{args.model} on {len(devices)} devices: {best}")
+    _save_plot(p.schedule, out / "schedule.png", f"{args.model}: {best}")
     table.to_csv(out / "algorithms.csv", index=False)
     print(f"\nbest: {best}\n{p.summary()}")
     print(f"\nwrote {out}/placed_graph.pb (the placed GraphDef), {out}/schedule.png (Gantt chart), "
@@ -548,7 +548,10 @@ def main(argv=None) -> int:
         return 2
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help")):
         argv = ["demo"] + argv  # no command: the demo, with whatever options were given
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help (0), or a bad flag argparse named on stderr (2)
+        return done.code if isinstance(done.code, int) else 2
     if not (args.command == "bench" and args.name in NO_TENSORFLOW_BENCHMARKS):
         import_tensorflow_quietly()
     from .errors import FddpsError

@@ -53,7 +53,7 @@ def cases(float64):
 def test_placed_step_equals_keras_in_float64(cases, model, placement):
     case = cases[model]
     p, _ = case.place(placement)
-    assert len(set(p.devices.values())) == 2, "the placement does not spread the step"
+    assert len(set(p.devices.values()) - {""}) == 2, "the placement does not spread the step"
     got = case.compare(p)
     assert got["devices_used"] == 2
     assert got["moved_ops"] == 0, p.moved_ops()[:5]

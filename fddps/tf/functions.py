@@ -265,6 +265,22 @@ def _check_pins(step_graph, devices):
                 "under tf.device(...) on one)")
 
 
+def _drop_unset_attrs(graph_def):
+    """Remove attributes that hold no value, in place; returns how many.
+
+    Reading a missing key of a NodeDef's ``attr`` map adds it, empty: TensorFlow's
+    FLOPs statistics of ``BatchMatMulV2`` (run by :func:`fddps.tf.graphdef.analyse`)
+    read ``transpose_a``, which that op does not have, and the function runtime then
+    refuses the graph ("Failed to bind all placeholders in <Unknown AttrValue type>").
+    """
+    dropped = 0
+    for node in graph_def.node:
+        for key in [k for k, v in node.attr.items() if v.WhichOneof("value") is None]:
+            del node.attr[key]
+            dropped += 1
+    return dropped
+
+
 def _device_types(devices):
     """Device types of a device list or Cluster (CPU when none parses)."""
     if isinstance(devices, Cluster):
@@ -498,6 +514,7 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
     p = place(gd, devices, cost_model, algorithm, memory,
               fetches=step_fetches, enforce_order=enforce_order,
               unknown_dim=unknown_dim, **options)
+    _drop_unset_attrs(p.graph_def)
     fed = {name.split(":")[0] for name in sg["arg_names"]}
     fed.update(name.split(":")[0] for name, _ in sg["captures"])
     _restore_placeholders(p.graph_def, sg["placeholders"], fed)

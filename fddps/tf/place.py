@@ -811,7 +811,7 @@ class Placement:
         if not guard and abs(executor - s.makespan) > s.makespan * 0.01:
             # The placed file runs in TensorFlow's order: its peaks are that order's
             # (what `fddps simulate` of the file reports).
-            tf_peak = simulate(g, c, s.device).peak_memory
+            tf_peak = simulate(g, c, s.device).peak_memory.to_numpy()
         if guard:
             pass
         elif abs(executor - s.makespan) > s.makespan * 0.01:
