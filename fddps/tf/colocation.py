@@ -55,7 +55,7 @@ ONEDNN_PAIRS = (
 
 def _remapper_groups(graph_def, fetches, device):
     """Groups of node names Grappler's remapper fuses, with every node on ``device``."""
-    tf = _tf()
+    _tf()  # TensorFlow, quietly imported
     from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
     from tensorflow.python.grappler import tf_optimizer
 
@@ -77,7 +77,6 @@ def _remapper_groups(graph_def, fetches, device):
         out = tf_optimizer.OptimizeGraph(config, meta)
     except Exception:  # noqa: BLE001 - grappler refuses some graphs; then no fusions are known
         return []
-    del tf
     before = {node.name: node for node in graph_def.node}
     after = {node.name: node for node in out.node}
     groups = []
