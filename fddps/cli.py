@@ -14,19 +14,40 @@ import sys
 import time
 from pathlib import Path
 
-#: ``fddps bench NAME`` -> module in ``experiments/`` (each has ``main(argv)``).
+#: ``fddps bench NAME`` -> module in ``experiments/`` (each has ``main(argv)``): every
+#: experiment of the README's table, and the others with a ``main``. ``NAME`` may
+#: also be spelled as the module (``search_time``).
 BENCHMARKS = {
     "stg": "experiments.stg_quality",
+    "comm-heavy": "experiments.comm_heavy",
+    "exact-reach": "experiments.exact_reach",
+    "stg-exact": "experiments.stg_exact",
     "search-time": "experiments.search_time",
     "table5": "experiments.table5",
     "table7": "experiments.table7",
+    "strategies": "experiments.strategies",
     "fig4": "experiments.fig4",
     "fig5": "experiments.fig5",
     "real-cluster": "experiments.real_cluster",
     "model-table": "experiments.model_table",
     "costmodel-accuracy": "experiments.costmodel_accuracy",
+    "cpu-preset": "experiments.cpu_preset",
+    "gpu-kernels": "experiments.gpu_kernels",
     "contention": "experiments.contention",
+    "strategy-search": "experiments.strategy_search",
+    "auto-default": "experiments.auto_default",
+    "keras-step": "experiments.keras_step",
+    "keras-applications": "experiments.keras_applications",
+    "sharded-variables": "experiments.sharded_variables",
+    "strategy-equality": "experiments.strategy_equality",
+    "tofu": "experiments.tofu",
+    "transfer-overlap": "experiments.transfer_overlap",
 }
+
+#: ``slim_models.ALL_MODELS``, for ``--model``'s help without importing TensorFlow
+#: (tests/test_cli.py checks they agree).
+MODEL_NAMES = ("vgg16", "inception_v3", "resnet50", "resnet200", "pnasnet_mobile",
+               "nasnet_large", "wide_resnet", "rnn_lm", "nmt")
 
 DEMO_ALGORITHMS = ["fddps", "fddps:improve=False", "fastt", "mpdps", "heft", "etf", "single"]
 
@@ -35,16 +56,65 @@ class CommandError(Exception):
     """A user error the command reports in one line (exit status 2)."""
 
 
+# -- argument types: argparse names the flag in front of their messages ---------------
+def positive_int(text):
+    """An integer >= 1 (``--cpus``, ``--gpus``, ``--hosts``, sizes, steps)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text):
+    """An integer >= 0 (``--warmup``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def positive_bytes(text):
+    """A positive number of bytes (``--memory``; ``16e9`` works)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of bytes, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of bytes, "
+                                         f"got {text!r}")
+    return value
+
+
+def model_name(text):
+    """A built-in model name (:data:`MODEL_NAMES`)."""
+    if text not in MODEL_NAMES:
+        import difflib
+
+        close = difflib.get_close_matches(text, MODEL_NAMES, n=1)
+        raise argparse.ArgumentTypeError(
+            f"unknown model {text!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; built-in models: {', '.join(MODEL_NAMES)}")
+    return text
+
+
 # -- shared arguments --------------------------------------------------------------------
 def _add_graph_arguments(p):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("graph", nargs="?", help="a GraphDef file (.pb binary or .pbtxt text)")
-    src.add_argument("--model", help="a built-in training graph instead: one of "
-                                     "slim_models.ALL_MODELS")
-    p.add_argument("--batch-size", type=int, default=32, help="batch size of --model (default 32)")
-    p.add_argument("--image-size", type=int, default=32,
+    src.add_argument("--model", type=model_name, metavar="MODEL",
+                     help="a built-in training graph instead: " + ", ".join(MODEL_NAMES))
+    p.add_argument("--batch-size", type=positive_int, default=32,
+                   help="batch size of --model (default 32)")
+    p.add_argument("--image-size", type=positive_int, default=32,
                    help="input size of --model (default 32, CIFAR-10; 224/299/331 for ImageNet)")
-    p.add_argument("--num-classes", type=int, default=10, help="classes of --model (default 10)")
+    p.add_argument("--num-classes", type=positive_int, default=10,
+                   help="classes of --model (default 10)")
     p.add_argument("--model-option", nargs="+", default=[], metavar="KEY=VALUE",
                    help="options of --model (wide_resnet: depth=152 width=10; rnn_lm, nmt: "
                         "num_layers, hidden_size, vocab_size, seq_length)")
@@ -57,23 +127,26 @@ def _add_device_arguments(p):
     dev = p.add_mutually_exclusive_group()
     dev.add_argument("--devices", nargs="+", metavar="DEVICE",
                      help="TensorFlow device strings, e.g. /device:GPU:0 /job:worker/task:1/device:GPU:0")
-    dev.add_argument("--gpus", type=int, metavar="N", help="N GPUs per host (default 4)")
-    dev.add_argument("--cpus", type=int, metavar="N", help="N CPU devices on this host")
-    p.add_argument("--hosts", type=int, default=1,
+    dev.add_argument("--gpus", type=positive_int, metavar="N",
+                     help="N simulated GPUs per host (default 4)")
+    dev.add_argument("--cpus", type=positive_int, metavar="N", help="N CPU devices on this host")
+    p.add_argument("--hosts", type=positive_int, default=1,
                    help="with --gpus: number of hosts (/job:worker/task:H/...; default 1)")
     p.add_argument("--gpu-preset", default="p100",
                    help="hardware preset for GPUs without a profile: p100 (default), k80, v100, a100, "
                         "h100; NAME:fp32 for TF32 off (e.g. h100:fp32)")
     p.add_argument("--cost-model", metavar="FILE",
                    help="a cost model saved by `fddps profile` (default: analytic presets)")
-    p.add_argument("--memory", type=float, metavar="BYTES",
+    p.add_argument("--memory", type=positive_bytes, metavar="BYTES",
                    help="memory capacity of every device (default: the preset's)")
 
 
 def _devices(args) -> list[str]:
     if args.devices:
         return args.devices
-    if args.cpus:
+    if args.cpus is not None:
+        if getattr(args, "hosts", 1) > 1:
+            raise CommandError("--hosts is for --gpus; give several hosts' CPUs with --devices")
         return [f"/device:CPU:{i}" for i in range(args.cpus)]
     gpus = args.gpus or 4
     if args.hosts > 1:
@@ -205,7 +278,7 @@ def cmd_demo(args):
     out.mkdir(parents=True, exist_ok=True)
     _write_graph(p.graph_def, out / "placed_graph.pb")
     p.to_chrome_trace(str(out / "trace.json"))
-    _save_plot(p.schedule, out / "schedule.png", f"{args.model} on {len(devices)} devices: {best}")
+    _save_plot(p.schedule, out / "schedule.png", f"{args.model}: {best}")
     table.to_csv(out / "algorithms.csv", index=False)
     print(f"\nbest: {best}\n{p.summary()}")
     print(f"\nwrote {out}/placed_graph.pb (the placed GraphDef), {out}/schedule.png (Gantt chart), "
@@ -228,6 +301,9 @@ def cmd_place(args):
               memory=args.memory, fetches=fetches, override=args.override,
               enforce_order=True if args.enforce_order else "auto", **options)
     print(f"{desc}\n{p.summary()}")
+    from .tf.fetches import record_devices
+
+    record_devices(p.graph_def, p.cluster.names)  # `fddps simulate` rebuilds this cluster
     _write_graph(p.graph_def, args.out)
     print(f"wrote the placed GraphDef to {args.out}")
     if args.trace:
@@ -250,10 +326,17 @@ def _replay_placed(args):
     from .simulate import fifo_order
     from .tf import make_cluster, normalize_device, read_graph_def
 
+    from .tf.fetches import recorded_devices
+
     graph_def, fetches, desc, _ = _load_graph(args)
-    devices = sorted({normalize_device(n.device) for n in graph_def.node if n.device})
-    if not devices:
+    used = sorted({normalize_device(n.device) for n in graph_def.node if n.device})
+    if not used:
         raise CommandError(f"{desc}: no node has a device; place it first (`fddps place`)")
+    # The cluster it was placed on (idle devices and hosts included), when `fddps place`
+    # recorded it: the same hosts give the same transfer times.
+    devices = recorded_devices(graph_def) or used
+    devices = list(dict.fromkeys(normalize_device(d) for d in devices))
+    devices += [d for d in used if d not in devices]
     cost_model = _cost_model(args)
     cluster = make_cluster(devices, cost_model, args.memory)
     graph, _ = read_graph_def(graph_def, cost_model, cluster, fetches=fetches)
@@ -273,7 +356,9 @@ def cmd_simulate(args):
     schedule, desc = _replay_placed(args)
     g = schedule.graph
     t = simulate(g, schedule.cluster, schedule.placement)
-    print(f"{desc}\npredicted step time {t.makespan * 1e3:.4g} ms on {schedule.cluster.num_devices} devices")
+    used = len(set(schedule.device.tolist()))
+    print(f"{desc}\npredicted step time {t.makespan * 1e3:.4g} ms (TensorFlow's own order per "
+          f"device, FIFO executor model) on {used} of {schedule.cluster.num_devices} devices")
     import pandas as pd
 
     per_device = pd.DataFrame({"busy_ms": t.busy * 1e3, "utilization": t.utilization,
@@ -313,11 +398,25 @@ def cmd_profile(args):
     return 0
 
 
+def bench_name(text):
+    """An experiment name of :data:`BENCHMARKS` (its module's spelling, ``search_time``, too)."""
+    name = text.replace("_", "-")
+    name = {"stg-quality": "stg"}.get(name, name)
+    if name not in BENCHMARKS:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(BENCHMARKS), n=1)
+        raise argparse.ArgumentTypeError(
+            f"unknown experiment {text!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; experiments: {', '.join(BENCHMARKS)}")
+    return name
+
+
 def cmd_bench(args):
     """Run one of the experiments in experiments/."""
     module = importlib.import_module(BENCHMARKS[args.name])
-    module.main(args.args)
-    return 0
+    status = module.main(args.args)
+    return status if isinstance(status, int) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -336,15 +435,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("demo", help="place a built-in model with every algorithm and compare")
-    p.add_argument("--model", default="resnet50", help="built-in model (default resnet50)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--image-size", type=int, default=32)
-    p.add_argument("--num-classes", type=int, default=10)
-    p.add_argument("--gpus", type=int, default=4, help="simulated GPUs per host (default 4)")
-    p.add_argument("--hosts", type=int, default=1)
+    p.add_argument("--model", type=model_name, default="resnet50", metavar="MODEL",
+                   help="built-in model (default resnet50): " + ", ".join(MODEL_NAMES))
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--image-size", type=positive_int, default=32)
+    p.add_argument("--num-classes", type=positive_int, default=10)
+    p.add_argument("--gpus", type=positive_int, default=4,
+                   help="simulated GPUs per host (default 4)")
+    p.add_argument("--hosts", type=positive_int, default=1)
     p.add_argument("--gpu-preset", default="p100")
     p.add_argument("--cost-model", metavar="FILE")
-    p.add_argument("--memory", type=float, metavar="BYTES")
+    p.add_argument("--memory", type=positive_bytes, metavar="BYTES")
     p.add_argument("--algorithms", nargs="+", default=DEMO_ALGORITHMS,
                    help="algorithm names or specs like fddps:improve=False")
     p.add_argument("--out", default="fddps_demo", help="folder for the outputs (default fddps_demo)")
@@ -372,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_graph_arguments(p)
         p.add_argument("--gpu-preset", default="p100")
         p.add_argument("--cost-model", metavar="FILE")
-        p.add_argument("--memory", type=float, metavar="BYTES")
+        p.add_argument("--memory", type=positive_bytes, metavar="BYTES")
         if name == "plot":
             p.add_argument("--out", default="schedule.png", help="PNG file (default schedule.png)")
         p.set_defaults(func=func)
@@ -382,18 +483,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init", nargs="+", metavar="NAME",
                    help="ops to run once first, e.g. the variable initializer (default for --model: "
                         "its init op)")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=positive_int, default=10)
+    p.add_argument("--warmup", type=non_negative_int, default=3)
     p.add_argument("--out", default="cost_model.json")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("bench", help="run an experiment: " + ", ".join(BENCHMARKS),
                        description="Run an experiment; arguments after NAME go to it "
                                    "(`fddps bench NAME --help`).")
-    p.add_argument("name", choices=sorted(BENCHMARKS))
+    p.add_argument("name", type=bench_name, metavar="NAME",
+                   help="one of: " + ", ".join(BENCHMARKS))
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
     return parser
+
+
+#: Experiments that never import TensorFlow (``fddps bench`` skips its quiet import for them).
+NO_TENSORFLOW_BENCHMARKS = frozenset({"stg", "search-time"})
+
+
+def import_tensorflow_quietly():
+    """Import TensorFlow with its start-up lines (absl's pre-init warning and the oneDNN
+    notice, each printed by two of its libraries) kept off the terminal.
+
+    TF_CPP_MIN_LOG_LEVEL does not reach those lines, so the process's stderr
+    (file descriptor 2) goes to a temporary file during the import; if the
+    import fails, what TensorFlow wrote there is printed with the error.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real stderr (embedded): import plainly
+        import tensorflow  # noqa: F401
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except BaseException:
+            os.dup2(saved, 2)
+            tmp.seek(0)
+            sys.stderr.write(tmp.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def main(argv=None) -> int:
@@ -402,9 +540,22 @@ def main(argv=None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:
+        import difflib
+
+        close = difflib.get_close_matches(argv[0], list(commands), n=1, cutoff=0.5)
+        print(f"fddps: error: unknown command {argv[0]!r}"
+              + (f"; did you mean `fddps {close[0]}`?" if close else "")
+              + f" (commands: {', '.join(commands)})", file=sys.stderr)
+        return 2
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help")):
         argv = ["demo"] + argv  # no command: the demo, with whatever options were given
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help (0), or a bad flag argparse named on stderr (2)
+        return done.code if isinstance(done.code, int) else 2
+    if not (args.command == "bench" and args.name in NO_TENSORFLOW_BENCHMARKS):
+        import_tensorflow_quietly()
     from .errors import FddpsError
 
     try:

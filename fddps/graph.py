@@ -116,8 +116,16 @@ class OpGraph:
             dup = next(x for x in self.names if x in seen or seen.add(x))
             raise GraphError(f"op name {dup!r} appears more than once")
 
-        cost = np.asarray(cost, dtype=np.float64)
+        try:
+            cost = np.asarray(cost, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise GraphError(f"cost must be numbers, one per op (shape (n,)) or one per op "
+                             f"and device type (shape (n, T)): {err}") from None
         if cost.ndim == 1:
+            if cost.shape[0] != n:
+                raise GraphError(f"cost has {cost.shape[0]} values for {n} ops: give one "
+                                 f"execution time per op (ops {list(self.names[:5])}"
+                                 f"{' ...' if n > 5 else ''})")
             cost = cost.reshape(n, 1) if n else np.zeros((0, 1))
         if cost.ndim != 2 or cost.shape[0] != n:
             raise GraphError(f"cost must have shape (n,) or (n, T) with n={n}, got {cost.shape}")

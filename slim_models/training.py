@@ -40,6 +40,7 @@ Batch 8 trains normally. VGG-16 has no batch norm and trains at batch 2.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import tensorflow as tf
@@ -409,6 +410,15 @@ def model_parameter_count(name: str, image_size: Optional[int] = None,
                    for v in v1.trainable_variables())
 
 
+def _positive_int(value, what: str) -> int:
+    """``value`` as an int >= 1, else a ValueError naming ``what`` and the value."""
+    whole = isinstance(value, numbers.Integral) or (
+        isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 def build_training_graph(name: str, batch_size: int,
                          image_size: Optional[int] = None,
                          num_classes: Optional[int] = None, seed: int = 0, *,
@@ -444,8 +454,9 @@ def build_training_graph(name: str, batch_size: int,
     Returns:
       a `TrainingGraph`. Same arguments give the same GraphDef.
     Raises:
-      ValueError: an unknown model or option, or image arguments for a
-        sequence model.
+      ValueError: an unknown model or option, a batch size, image size or
+        class count that is not a positive integer (named), or image
+        arguments for a sequence model.
 
     Example (Tofu's RNN-6-4K, unrolled for 20 steps)::
 
@@ -453,6 +464,11 @@ def build_training_graph(name: str, batch_size: int,
                                  hidden_size=4096, seq_length=20)
     """
     spec = _spec(name)
+    batch_size = _positive_int(batch_size, "batch_size")
+    if image_size is not None:
+        image_size = _positive_int(image_size, "image_size")
+    if num_classes is not None:
+        num_classes = _positive_int(num_classes, "num_classes")
     options = resolved_options(name, **model_options)
     sequence = spec.inputs != "images"
     if sequence:

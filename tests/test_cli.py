@@ -75,8 +75,8 @@ def test_bad_arguments_get_one_clear_line(small_graph_file, tmp_path, capsys):
     assert "no node has a device" in capsys.readouterr().err
     assert main(["demo", "--algorithms", "nope", "--batch-size", "2"]) == 2
     assert "unknown algorithm 'nope'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["bench", "no-such-experiment"])
+    assert main(["bench", "no-such-experiment"]) == 2
+    assert "unknown experiment 'no-such-experiment'" in capsys.readouterr().err
 
 
 def test_no_command_runs_the_demo_with_its_options(tmp_path, capsys):
@@ -103,3 +103,68 @@ def test_profile_writes_a_cost_model_that_place_accepts(tmp_path, capsys):
     assert main(["place", "--model", "vgg16", "--batch-size", "2", "--cpus", "2", "--cost-model",
                  str(out), "--out", str(tmp_path / "placed.pb")]) == 0
     assert "predicted step time" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["place", "--model", "resnet50", "--cpus", "0"], "argument --cpus: must be a positive integer, got '0'"),
+    (["place", "--model", "resnet50", "--gpus", "-3"], "argument --gpus: must be a positive integer, got '-3'"),
+    (["place", "--model", "resnet50", "--hosts", "0"], "argument --hosts: must be a positive integer"),
+    (["place", "--model", "resnet50", "--batch-size", "-4"], "argument --batch-size: must be a positive"),
+    (["place", "--model", "resnet50", "--memory", "-1"], "argument --memory: must be a positive, finite"),
+    (["place", "--model", "resnet"], "argument --model: unknown model 'resnet' (did you mean 'resnet50'?)"),
+    (["demo", "--gpus", "0"], "argument --gpus: must be a positive integer"),
+    (["profile", "--model", "vgg16", "--warmup", "-1"], "argument --warmup: must be an integer >= 0"),
+    (["palce"], "unknown command 'palce'; did you mean `fddps place`?"),
+    (["bench", "strategie"], "unknown experiment 'strategie' (did you mean 'strategies'?)"),
+])
+def test_every_flag_is_checked_and_named(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_model_help_lists_the_models_and_bench_has_the_readme_experiments():
+    import re
+    from pathlib import Path
+
+    import slim_models
+    from fddps import cli
+
+    assert cli.MODEL_NAMES == tuple(slim_models.ALL_MODELS)
+    place = cli.build_parser()._subparsers._group_actions[0].choices["place"]
+    assert all(name in place.format_help() for name in slim_models.ALL_MODELS)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("| name | what |"):].split("\n\n")[0]
+    names = re.findall(r"^\| `(\w+)`", table, flags=re.M)
+    assert len(names) >= 18
+    modules = set(cli.BENCHMARKS.values())
+    assert [n for n in names if f"experiments.{n}" not in modules] == []
+    assert all(cli.bench_name(n) in cli.BENCHMARKS for n in names)
+
+
+def test_tensorflow_start_up_lines_are_not_printed(small_graph_file, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "fddps", "place", str(small_graph_file),
+                          "--cpus", "2", "--out", str(tmp_path / "p.pb")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    both = out.stdout + out.stderr
+    assert both.count("oneDNN custom operations") <= 1
+    assert both.count("absl::InitializeLog") <= 1
+
+
+def test_simulate_of_a_placed_file_reproduces_place(tmp_path, capsys):
+    """`fddps simulate` of `fddps place`'s output: the same cluster (idle devices and
+    hosts included, recorded in the file), so the same prediction and peaks."""
+    import re
+
+    placed = tmp_path / "p.pb"
+    assert main(["place", "--model", "vgg16", "--batch-size", "2", "--gpus", "2", "--hosts", "2",
+                 "--out", str(placed)]) == 0
+    text = capsys.readouterr().out
+    tf_order = re.search(r"what the placed graph runs\) ([\d.]+) ms", text)
+    predicted = float(tf_order.group(1) if tf_order else
+                      re.search(r"predicted step time ([\d.]+) ms", text).group(1))
+    assert "of the 4 devices given" in text
+    assert main(["simulate", str(placed)]) == 0
+    sim = capsys.readouterr().out
+    got = float(re.search(r"predicted step time ([\d.]+) ms .* on \d of 4 devices", sim).group(1))
+    assert got == pytest.approx(predicted, rel=0.01)

@@ -115,7 +115,7 @@ def test_compiled_keras_model_needs_only_a_batch():
             assert float(got[k]) == pytest.approx(want[k], rel=1e-5)
     for a, b in zip(model.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    with pytest.raises(FddpsError, match=r"input 0 .* shape \(2, 8, 8, 3\)"):
+    with pytest.raises(FddpsError, match=r"x of the placed step has shape \[2, 8, 8, 3\]"):
         p.train_step(xs[0][:2], ys[0][:2])
 
 

@@ -71,7 +71,7 @@ def test_plot_schedule_draws_lanes_critical_path_and_transfers(two_device_schedu
     t = tr.get_segments()
     assert len(t) == 2 and all(seg[0, 1] > 1 + plot._BAR_TOP + plot._BAR_HEIGHT for seg in t)
     assert sorted(tuple(np.round(seg[:, 0], 6)) for seg in t) == [(1, 1), (1, 2)]
-    assert "makespan 6" in ax.get_title()
+    assert "step 6 s" in ax.get_title() and "on 2 of 2 devices" in ax.get_title()
     ax2 = plot_schedule(s, critical_path=False)
     assert not _by_gid(ax2, "critical_path") and not _by_gid(ax2, "transfers")
 
@@ -83,14 +83,33 @@ def test_legend_lists_op_types_by_total_time_not_count():
     g = OpGraph([f"op{i}" for i in range(len(types))], times, [], op_types=types)
     s = schedule(g, Cluster.homogeneous(2))
     labels, totals = plot.op_time_by_type(s, max_op_types=2)
-    assert list(totals.index) == ["Conv2D", "MatMul", plot._NO_WORK_LABEL, "other"]
+    assert list(totals.index) == ["Conv2D", "MatMul", "other", plot._NO_WORK_LABEL]
     assert totals["Conv2D"] == pytest.approx(10.0) and totals["other"] == pytest.approx(0.4)
     assert totals.sum() == pytest.approx(sum(times))
     assert (labels[2:42] == "other").all() and (labels[42:72] == plot._NO_WORK_LABEL).all()
     ax = plot_schedule(s, max_op_types=2)
     legend = [t.get_text().split("  ")[0] for t in ax.get_legend().get_texts()]
-    assert legend[:4] == ["Conv2D", "MatMul", plot._NO_WORK_LABEL, "other"]
+    # Plumbing that computes nothing comes last, with its count, not a share of the time.
+    assert legend[:4] == ["Conv2D", "MatMul", "other", f"{plot._NO_WORK_LABEL}: 30 ops"]
     assert legend[4].startswith("critical path")
+    shares = [t.get_text() for t in ax.get_legend().get_texts()][:3]
+    assert shares[0].endswith(f"({10 / 13.4:.0%})")  # of the 13.4 s that do work
+
+
+def test_idle_devices_get_no_lane_and_long_names_are_shortened():
+    g = OpGraph(["a", "b"], [1.0, 2.0], [("a", "b")])
+    names = [f"/job:worker/replica:0/task:{t}/device:GPU:{i}" for t in (0, 1) for i in (0, 1)]
+    c = Cluster.homogeneous(4, names=names)
+    s = Schedule.from_order(g, c, [2, 2], [[], [], [0, 1], []], algorithm="hand")
+    ax = plot_schedule(s)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["task 1 GPU:0"]
+    assert "on 1 of 4 devices (3 idle, not drawn)" in ax.get_title()
+    ax = plot_schedule(s, idle_lanes=True)
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "task 0 GPU:0", "task 0 GPU:1", "task 1 GPU:0", "task 1 GPU:1"]
+    assert plot.device_labels(["/device:CPU:0", "/device:CPU:1"]) == ["CPU:0", "CPU:1"]
+    fig = plot.plot_overview(s)
+    assert [t.get_text() for t in fig.axes[1].get_yticklabels()] == ["task 1 GPU:0"]
 
 
 def test_utilization_is_a_fraction_and_adds_up_to_each_devices_busy_time():

@@ -143,6 +143,67 @@ def same_device(a, b) -> bool:
     return device_matches(a, b) and device_matches(b, a)
 
 
+def process_devices() -> list:
+    """Full names of the devices this process's TensorFlow runtime has.
+
+    Local devices, and those of the remote tasks of a cluster the process is
+    connected to (``tf.config.experimental_connect_to_cluster``). Starts the
+    runtime if it has not started.
+    """
+    _tf()
+    from tensorflow.python.eager import context
+
+    return [d for d in context.context().devices()]
+
+
+def check_devices_exist(devices, existing=None):
+    """Raise unless every device string names a device this process (or its cluster) has.
+
+    Parameters
+    ----------
+    devices : str, list of str, or Cluster
+        Device strings to check (a Cluster's device names).
+    existing : list of str, optional
+        The devices that exist (default :func:`process_devices`).
+
+    Returns
+    -------
+    list of str
+        The device strings, unchanged.
+
+    Raises
+    ------
+    ClusterError
+        If ``devices`` is empty, or one names no existing device: the message
+        names it and lists the devices that exist. A placement meant for a
+        simulated cluster is not checked (e.g. ``fddps.place(graph_def,
+        devices, simulated=True)``, ``fddps place --simulated``).
+
+    Example
+    -------
+    >>> check_devices_exist(["/device:CPU:5"], ["/job:localhost/replica:0/task:0/device:CPU:0"])
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fddps.errors.ClusterError: device '/device:CPU:5' names no device of this process ...
+    """
+    names = list(devices.names) if isinstance(devices, Cluster) else (
+        [devices] if isinstance(devices, str) else list(devices))
+    if not names:
+        raise ClusterError("the device list is empty: give at least one TensorFlow device "
+                           "string (e.g. fddps.tf.local_cpu_devices(2))")
+    existing = process_devices() if existing is None else list(existing)
+    for name in names:
+        spec = parse_device(name, "device")
+        if not any(device_matches(spec, d) for d in existing):
+            raise ClusterError(
+                f"device {name!r} names no device of this process or its cluster; the devices "
+                f"that exist: {existing} (fddps.tf.local_cpu_devices(n) makes n CPU devices; "
+                "to plan for hardware this process does not have, place a GraphDef on a "
+                "simulated cluster)")
+    return names
+
+
 def _capacity(memory, name, spec, cost_model, given):
     dtype = spec.device_type
     if memory is not None:

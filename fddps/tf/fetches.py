@@ -67,3 +67,44 @@ def recorded_fetches(graph_def) -> list | None:
         if FETCH_ATTR in node.attr:
             out.extend(s.decode() for s in node.attr[FETCH_ATTR].list.s)
     return out or None
+
+
+#: Node attribute holding the device strings of the cluster a graph was placed on.
+DEVICES_ATTR = "_fddps_devices"
+
+
+def record_devices(graph_def, devices) -> None:
+    """Record the devices a graph was placed on (all of them, used or not), in place.
+
+    ``fddps simulate`` of the file then rebuilds the same cluster: the same
+    hosts and network interfaces, hence the same transfer times, even where the
+    placement leaves devices idle. Written on the first node of the graph (a
+    GraphDef has no attributes of its own); TensorFlow ignores it.
+
+    Raises
+    ------
+    ValueError
+        If the graph has no node.
+    """
+    if not len(graph_def.node):
+        raise ValueError("the graph has no node to record the devices on")
+    attr = graph_def.node[0].attr[DEVICES_ATTR].list
+    del attr.s[:]
+    attr.s.extend(str(d).encode() for d in devices)
+
+
+def recorded_devices(graph_def) -> list | None:
+    """The devices :func:`record_devices` recorded; ``None`` if none are.
+
+    Examples
+    --------
+    >>> from tensorflow.core.framework import graph_pb2
+    >>> g = graph_pb2.GraphDef()
+    >>> g.node.add(name="a", op="NoOp") and None
+    >>> record_devices(g, ["/device:GPU:0", "/device:GPU:1"]); recorded_devices(g)
+    ['/device:GPU:0', '/device:GPU:1']
+    """
+    for node in graph_def.node:
+        if DEVICES_ATTR in node.attr:
+            return [s.decode() for s in node.attr[DEVICES_ATTR].list.s]
+    return None

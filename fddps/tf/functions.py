@@ -39,11 +39,14 @@ Example
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..cluster import Cluster
 from ..errors import ClusterError, FddpsError
-from .devices import device_matches, parse_device
+from .colocation import colocate_fusions, follow_resources
+from .devices import check_devices_exist, device_matches, parse_device, same_device
 from .graphdef import _tf
 from .place_graph import place_graph
 from .placement import Placement
@@ -263,6 +266,30 @@ def _check_pins(step_graph, devices):
                 "under tf.device(...) on one)")
 
 
+def _drop_unset_attrs(graph_def):
+    """Remove attributes that hold no value, in place; returns how many.
+
+    Reading a missing key of a NodeDef's ``attr`` map adds it, empty: TensorFlow's
+    FLOPs statistics of ``BatchMatMulV2`` (run by :func:`fddps.tf.graphdef.analyse`)
+    read ``transpose_a``, which that op does not have, and the function runtime then
+    refuses the graph ("Failed to bind all placeholders in <Unknown AttrValue type>").
+    """
+    dropped = 0
+    for node in graph_def.node:
+        for key in [k for k, v in node.attr.items() if v.WhichOneof("value") is None]:
+            del node.attr[key]
+            dropped += 1
+    return dropped
+
+
+def _device_types(devices):
+    """Device types of a device list or Cluster (CPU when none parses)."""
+    if isinstance(devices, Cluster):
+        return tuple(dict.fromkeys(d.type for d in devices.devices))
+    names = [devices] if isinstance(devices, str) else list(devices)
+    return tuple(dict.fromkeys(parse_device(name, "device").device_type for name in names))
+
+
 def _restore_placeholders(graph_def, placeholders, fed):
     """Turn the ``VarHandleOp`` stand-ins back into the captured placeholders (device kept).
 
@@ -375,7 +402,7 @@ def _unreadable_op(graph_def):
 # -- place and run --------------------------------------------------------------------------------
 def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None, batch=None,
                cost_model=None, algorithm="fddps", memory=None, override=False, fetches=None,
-               enforce_order="auto", unknown_dim=1, **options):
+               enforce_order="auto", unknown_dim=1, strategy=None, **options):
     """Place a Keras model's training step, or a ``tf.function`` step, and run it placed.
 
     Parameters
@@ -406,6 +433,12 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
         variables and the ops on them still stay with the variables).
     fetches : None
         Not used: a step runs its outputs and all its stateful ops.
+    strategy : Strategy, callable or "data_parallel", optional
+        Run a parallelization strategy instead of searching a placement (see
+        :func:`fddps.tf.place`). The step's graph exists only after tracing, so
+        besides a :class:`~fddps.strategy.Strategy` this takes a function
+        ``(graph_def, devices, fetches) -> Strategy`` called on the traced step,
+        or ``"data_parallel"`` for :func:`fddps.tf.strategy_rewrite.data_parallel`.
 
     Returns
     -------
@@ -420,13 +453,17 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
         a Keras layer fddps cannot read (named, with its op); an example input
         without a full shape.
     ClusterError
-        A variable on no device of ``devices`` (named); bad device strings.
+        An empty device list; a device string naming no device of this
+        process or its cluster (named, with the devices that exist); a
+        variable on no device of ``devices`` (named); bad device strings.
     GraphError, InfeasibleError
         As for :func:`fddps.tf.place`.
     """
     if fetches is not None:
         raise FddpsError("fetches= is not used for a Keras model or tf.function step: the "
                          "placed step runs the step's outputs and all its stateful ops")
+    # The placed step runs in this process: its devices must exist here.
+    check_devices_exist(devices)
     keras_model = step if is_keras_model(step) else None
     if keras_model is not None:
         if batch is None:
@@ -458,12 +495,46 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
         for node in gd.node:
             if node.name not in sg["placeholders"]:
                 node.device = ""
+    # TensorFlow fuses some producer-consumer pairs into one kernel on the
+    # producer's device whatever devices they carry: place them together.
+    colocate_fusions(gd, sg["output_names"] + sg["control_names"], _device_types(devices))
+    step_fetches = sg["output_names"] + sg["control_names"]
+    if isinstance(strategy, str):
+        if strategy != "data_parallel":
+            raise FddpsError(f"strategy={strategy!r}: the strategy a name may give is "
+                             "'data_parallel' (else pass a Strategy or a function of the "
+                             "traced graph_def, devices and fetches)")
+        from .strategy_rewrite import data_parallel
+
+        strategy = data_parallel
+    if callable(strategy):
+        names = list(devices.names) if isinstance(devices, Cluster) else list(devices)
+        strategy = strategy(gd, names, step_fetches)
+    if strategy is not None:
+        options["strategy"] = strategy
     p = place_graph(gd, devices, cost_model, algorithm, memory,
-                    fetches=sg["output_names"] + sg["control_names"], enforce_order=enforce_order,
+                    fetches=step_fetches, enforce_order=enforce_order,
                     unknown_dim=unknown_dim, **options)
+    _drop_unset_attrs(p.graph_def)
     fed = {name.split(":")[0] for name in sg["arg_names"]}
     fed.update(name.split(":")[0] for name, _ in sg["captures"])
     _restore_placeholders(p.graph_def, sg["placeholders"], fed)
+    # Ops reading a variable run where the variable is (TensorFlow's rule); a
+    # strategy's rewrite may have put a replica's reads elsewhere.
+    captured = dict(sg["captures"])
+
+    def written(device):  # the cluster's own spelling of a variable's device
+        return next((d for d in p.cluster.names if same_device(d, device)), device)
+
+    followed = follow_resources(p.graph_def, {name: written(captured[name + ":0"].device)
+                                              for name in sg["placeholders"]})
+    p.info["ops_with_their_variables"] = followed
+    if followed:
+        warnings.warn(
+            f"{len(followed)} ops read or update a variable on another device than they were "
+            f"placed on (e.g. {followed[0][0]!r} placed on {followed[0][1]}, variable on "
+            f"{followed[0][2]}); TensorFlow runs them with the variable, so the placed step "
+            "puts them there (the predicted step time is the plan's)", stacklevel=3)
     p.info["step"] = "keras" if keras_model is not None else "tf.function"
     return StepPlacement(p, cf, sg, specs, keras_model)
 
@@ -525,14 +596,32 @@ class StepPlacement(Placement):
             raise FddpsError(f"the placed step takes {len(want)} input tensors (as traced for "
                              f"{self._specs}), got {len(flat)}")
         out = []
+        labels = self._input_labels(len(want))
         for k, (a, spec) in enumerate(zip(flat, want)):
-            t = tf.convert_to_tensor(a, dtype=spec.dtype)
+            try:
+                t = tf.convert_to_tensor(a, dtype=spec.dtype)
+            except (TypeError, ValueError) as err:
+                raise FddpsError(f"{labels[k]} of the placed step must be a {spec.dtype.name} "
+                                 f"tensor of shape {spec.shape.as_list()}: {err}") from None
             if not spec.shape.is_compatible_with(t.shape):
-                raise FddpsError(f"input {k} of the placed step has shape {t.shape}, but the "
-                                 f"step was placed for {spec.shape}; place it again for this "
-                                 "shape")
+                raise FddpsError(f"{labels[k]} of the placed step has shape {t.shape.as_list()}, "
+                                 f"but the step was placed for shape {spec.shape.as_list()}; "
+                                 "place it again for this shape (a Keras model: batch=(x, y) "
+                                 "of the new shape)")
             out.append(t)
         return out
+
+    def _input_labels(self, n):
+        """What to call each flat input: ``x``/``y`` (with an index when nested) for a Keras
+        step, ``argument k`` for a function step."""
+        tf = _tf()
+        names = ("x", "y") if self.model is not None else tuple(
+            f"argument {k}" for k in range(len(self._specs)))
+        labels = []
+        for name, spec in zip(names, self._specs):
+            leaves = len(tf.nest.flatten(spec, expand_composites=True))
+            labels += [name] if leaves == 1 else [f"{name}[{j}]" for j in range(leaves)]
+        return labels if len(labels) == n else [f"input {k}" for k in range(n)]
 
     def train_step(self, *args):
         """Run one placed step on the step's own variables; return its outputs.

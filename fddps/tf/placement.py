@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..simulate import peak_memory
+from ..simulate import peak_memory, simulate
 from .split_rewrite import split_node_names
 
 
@@ -40,7 +40,7 @@ class Placement:
 
     @property
     def makespan(self) -> float:
-        """Predicted seconds of one step in the scheduled order."""
+        """Predicted step time in seconds (not ms), in the scheduled order."""
         return self.schedule.makespan
 
     @property
@@ -107,7 +107,8 @@ class Placement:
         return df
 
     def summary(self) -> str:
-        """A short text report: step time, per-device load and memory, transfers."""
+        """A short text report: step time (ms, or s when a second or longer), the devices
+        used of those given, per-device load and peak memory (MB), transfers (MB)."""
         s, c, info = self.schedule, self.cluster, self.info
         g = s.graph
         scale, unit = (1e3, "ms") if s.makespan < 1 else (1.0, "s")
@@ -126,9 +127,12 @@ class Placement:
         written = (f" (the rewrite's {g.num_ops} nodes of the step; the task graph the searches "
                    f"score: {info['expansion_makespan'] * scale:.4g} {unit})"
                    if "expansion_makespan" in info else "")
+        used = int((counts > 0).sum())
         lines = [
             f"fddps placement ({info.get('algorithm', s.algorithm)}): {info['ops']} of "
-            f"{info['nodes']} nodes scheduled on {c.num_devices} devices{written}",
+            f"{info['nodes']} nodes scheduled on {used} of the {c.num_devices} devices given"
+            + (" (all on one device: spreading the step was predicted slower)"
+               if used == 1 and c.num_devices > 1 else "") + written,
             f"predicted step time {s.makespan * scale:.4g} {unit}"
             + (f"; best single device {best_single * scale:.4g} {unit} "
                f"(speedup {best_single / s.makespan:.2f}x)"
@@ -158,6 +162,13 @@ class Placement:
                    "(enforce_order='auto')" if guard == "enforced order" else
                    f"placed on {c.names[int(s.device[0])] if g.num_ops else '?'} alone "
                    f"(enforce_order='auto'; {info.get('order_guard_reason', '')})"))
+        tf_peak = None
+        if not guard and abs(executor - s.makespan) > s.makespan * 0.01:
+            # The placed file runs in TensorFlow's order: its peaks are that order's
+            # (what `fddps simulate` of the file reports).
+            tf_peak = simulate(g, c, s.device).peak_memory.to_numpy()
+        if guard:
+            pass
         elif abs(executor - s.makespan) > s.makespan * 0.01:
             # What the placed file runs (and `fddps simulate` of it predicts).
             lines.append(
@@ -165,13 +176,20 @@ class Placement:
                 f"graph runs) {executor * scale:.4g} {unit}"
                 + (", slower than the best single device" if executor > best_single else "")
                 + "; enforce_order=True makes it follow the scheduled order")
+        peak_head = f"{'peak MB':>10}" + (f" {'TF order MB':>11}" if tf_peak is not None else "")
         lines += [
-            f"{'device':<48} {'ops':>6} {'busy ' + unit:>10} {'util':>6} {'peak MB':>10} {'capacity MB':>12}",
+            f"{'device':<48} {'ops':>6} {'busy ' + unit:>10} {'util':>6} {peak_head} "
+            f"{'capacity MB':>12}",
         ]
         for k, d in enumerate(c.devices):
             util = busy[k] / s.makespan if s.makespan > 0 else 0.0
+            peaks = f"{mem[k] / 1e6:>10.4g}" + (f" {tf_peak[k] / 1e6:>11.4g}"
+                                                  if tf_peak is not None else "")
             lines.append(f"{d.name:<48} {counts[k]:>6} {busy[k] * scale:>10.4g} {util:>6.0%} "
-                         f"{mem[k] / 1e6:>10.4g} {d.memory / 1e6:>12.4g}")
+                         f"{peaks} {d.memory / 1e6:>12.4g}")
+        if tf_peak is not None:
+            lines.append("peak MB: in the scheduled order; TF order MB: in TensorFlow's own order "
+                         "(what the placed graph runs)")
         lines.append(f"transfers: {int(cross.sum())} edges, {g.bytes[cross].sum() / 1e6:.4g} MB "
                      "between devices")
         if "colocation_groups" in info:  # a placement's; a strategy's has no such facts
@@ -200,14 +218,39 @@ class Placement:
         return "\n".join(lines)
 
     def __repr__(self):
-        return (f"Placement({self.info['nodes']} nodes on {self.cluster.num_devices} devices, "
-                f"predicted step {self.makespan:.4g} s)")
+        used = len(set(self.schedule.device.tolist()))
+        return (f"Placement({self.info['nodes']} nodes on {used} of {self.cluster.num_devices} "
+                f"devices, predicted step {self.makespan:.4g} s)")
 
-    def plot(self, ax=None, critical_path=True, transfers=False):
-        """Gantt chart of the schedule (see :func:`fddps.plot.plot_schedule`); returns the Axes."""
+    def plot(self, path=None, ax=None, critical_path=True, transfers=False, dpi=120):
+        """Gantt chart of the schedule (see :func:`fddps.plot.plot_schedule`).
+
+        Parameters
+        ----------
+        path : str or Path, optional
+            Save the chart there (PNG, SVG, PDF: by the suffix).
+        ax : matplotlib Axes, optional
+            Draw into it (else a new figure).
+        critical_path, transfers : bool
+            As for :func:`fddps.plot.plot_schedule`.
+        dpi : int
+            Resolution of a saved raster image.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The chart's figure; in a notebook it shows as the cell's output.
+        """
         from ..plot import plot_schedule
 
-        return plot_schedule(self.schedule, ax=ax, critical_path=critical_path, transfers=transfers)
+        ax = plot_schedule(self.schedule, ax=ax, critical_path=critical_path, transfers=transfers)
+        fig = ax.figure
+        if path is not None:
+            from pathlib import Path
+
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        return fig
 
     def to_chrome_trace(self, path, transfers=True) -> dict:
         """Write the schedule as a Chrome trace JSON file (see :func:`fddps.trace.to_chrome_trace`)."""
