@@ -43,7 +43,7 @@ workloads, see `resnet` and `rnn` for sources and counts):
                                          depth=152, width=10)
     m = slim_models.build_training_graph("rnn_lm", 64)   # FlexFlow's RNNLM
 
- See `training` for the graph's contents and
+See `training` for the graph's contents and
 the model modules (`vgg`, `inception`, `resnet`, `nasnet`, `rnn`) for the
 architectures and their reference parameter counts.
 """
