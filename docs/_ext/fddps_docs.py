@@ -6,9 +6,9 @@
   ``__all__`` appears on the next build); copies the notebooks of
   ``experiments/notebooks/`` into ``examples/`` (myst-nb executes them there).
 - ``source-read``: a line ``<!-- generated-results: NAME -->`` in a page is
-  replaced by a MyST include of ``experiments/results/NAME.md`` when that file
-  exists (an experiment writes it), else by a note naming the command that
-  writes it.
+  replaced by the text of ``experiments/results/NAME.md`` when that file exists
+  (an experiment writes it; headings one level down, links resolved from
+  ``experiments/results/``), else by a note naming the command that writes it.
 """
 
 from __future__ import annotations
@@ -106,14 +106,51 @@ def copy_notebooks(app) -> None:
             shutil.copyfile(path, target)
 
 
+LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def generated_markdown(path: Path, page_dir: Path) -> str:
+    """A generated results page, ready to sit inside a docs page in ``page_dir``.
+
+    Its headings move one level down (it sits under the page's title), and its
+    relative links are resolved from ``experiments/results/``: images to
+    their path from the page, other results pages to their docs page, other
+    files (CSV, PNG) to downloads; a link to a file that does not exist
+    becomes plain text naming it, so one bad link cannot break the build.
+    """
+    def link(match):
+        bang, text, target = match.groups()
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            return match.group(0)
+        file = (path.parent / target.split("#")[0]).resolve()
+        rel = Path(os.path.relpath(file, page_dir)).as_posix()
+        if not bang and file.suffix == ".md" and (DOCS / "results" / file.name).exists():
+            return f"{{doc}}`{text} <{file.stem}>`"
+        if not file.exists():
+            return f"{text} (`{target}`, not found)"
+        if bang:
+            return f"![{text}]({rel})"
+        return f"{{download}}`{text} <{rel}>`"
+
+    out, fenced = [], False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            if line.startswith("#"):
+                line = "#" + line
+            line = LINK.sub(link, line)
+        out.append(line)
+    return "\n".join(out)
+
+
 def include_generated(app, docname, source) -> None:
     def replace(match):
         name = match.group(1)
         path = RESULTS / f"{name}.md"
         if path.exists():
             app.env.note_dependency(str(path))
-            rel = Path(os.path.relpath(path, (DOCS / docname).parent)).as_posix()
-            return f"```{{include}} {rel}\n:relative-images:\n:heading-offset: 1\n```"
+            return generated_markdown(path, (DOCS / docname).parent)
         return (f"```{{note}}\nThis checkout has no generated page `experiments/results/{name}.md`: "
                 f"`python -m experiments.{name}` writes it.\n```")
 
