@@ -1,7 +1,8 @@
 """Sphinx extension for the fddps docs: API pages from ``__all__``, notebooks, generated results.
 
-- ``builder-inited``: writes ``api/<package>.rst`` for every package in
-  :data:`API_PACKAGES`, one autosummary entry per name in its ``__all__``, so
+- ``config-inited`` (before Sphinx lists the sources): writes ``api/<package>.rst`` for every package in
+  :data:`API_PACKAGES`, one autosummary entry per name in its ``__all__`` (for a
+  module without one, each function and class it defines), so
   every public function, class and constant has a page (a name added to
   ``__all__`` appears on the next build); copies the notebooks of
   ``experiments/notebooks/`` into ``examples/`` (myst-nb executes them there).
@@ -35,9 +36,20 @@ API_PACKAGES = {
     "fddps.search": "strategy searches: flexflow, pase, tofu, fddps_space, auto",
     "costmodel": "cost models: hardware presets, profiles, regression",
     "slim_models": "training graphs of the benchmark models",
+    # modules the user guide uses directly (no __all__: what each defines)
+    "fddps.plot": "Gantt charts and utilisation views of a schedule",
+    "fddps.trace": "a schedule as a Chrome trace",
+    "fddps.topology": "shared links: network interfaces, PCIe switches, topology presets",
 }
 
 MARK = re.compile(r"^<!-- generated-results: ([A-Za-z0-9_]+) -->[ \t]*$", re.M)
+
+
+def public_names(module) -> list:
+    """A module without ``__all__``: the functions and classes it defines, not starting with ``_``."""
+    return [name for name, obj in vars(module).items()
+            if not name.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj))
+            and getattr(obj, "__module__", None) == module.__name__]
 
 
 def _kind(obj) -> str:
@@ -50,9 +62,9 @@ def _kind(obj) -> str:
 
 def api_page(package: str, blurb: str) -> str:
     module = importlib.import_module(package)
-    names = list(getattr(module, "__all__", []))
+    names = list(getattr(module, "__all__", None) or public_names(module))
     if not names:
-        raise RuntimeError(f"{package} has no __all__: the API reference lists a package's __all__")
+        raise RuntimeError(f"{package} has no public names to document")
     groups = {"class": [], "function": [], "exception": [], "data": []}
     for name in names:
         groups[_kind(getattr(module, name))].append(name)
@@ -88,13 +100,13 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def generate_api(app) -> None:
+def generate_api(app, config=None) -> None:
     API.mkdir(exist_ok=True)
     for package, blurb in API_PACKAGES.items():
         _write_if_changed(API / f"{package}.rst", api_page(package, blurb))
 
 
-def copy_notebooks(app) -> None:
+def copy_notebooks(app, config=None) -> None:
     EXAMPLES.mkdir(exist_ok=True)
     wanted = {p.name for p in NOTEBOOKS.glob("*.ipynb")}
     for stale in EXAMPLES.glob("*.ipynb"):
@@ -158,7 +170,9 @@ def include_generated(app, docname, source) -> None:
 
 
 def setup(app):
-    app.connect("builder-inited", generate_api, priority=100)
-    app.connect("builder-inited", copy_notebooks, priority=100)
+    # config-inited: before Sphinx lists the source files, so that a fresh
+    # checkout's first build reads (and autosummary scans) the written pages.
+    app.connect("config-inited", generate_api)
+    app.connect("config-inited", copy_notebooks)
     app.connect("source-read", include_generated)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
