@@ -67,9 +67,10 @@ class OpTimeModel:
         Relative tolerance under which an op's features count as "the same
         shapes as profiled".
 
-    Attributes (after :meth:`fit`)
-    ------------------------------
+    Attributes
+    ----------
     calibrated_ : DevicePreset
+        Set by :meth:`fit`, as the attributes below.
     type_models_ : dict
         op type -> ``{"kind": "linear", "coef": [...], "intercept": float,
         "floor": float, "r2": float, "n": int, "fixed": float}`` or
@@ -289,10 +290,11 @@ class LinkModel:
     Fits ``seconds = latency + bytes / bandwidth`` per ``(src, dst)`` with
     :class:`sklearn.linear_model.LinearRegression` on the per-size robust mean
     times, weighted by 1/time so that small transfers (which fix the latency)
-    count next to the large ones (which fix the bandwidth).
+    count next to the large ones (which fix the bandwidth). The attributes
+    ending in ``_`` are set by :meth:`fit`.
 
-    Attributes (after :meth:`fit`)
-    ------------------------------
+    Attributes
+    ----------
     links_ : pandas.DataFrame
         ``src``, ``dst``, ``latency``, ``bandwidth``, ``r2`` (unweighted, on the
         per-size means), ``n`` (sizes), ``max_rel_error``.

@@ -268,27 +268,39 @@ def resolved_options(name: str, **options) -> Dict[str, Any]:
 class TrainingGraph:
     """A built training graph and handles into it.
 
-    Attributes:
-      name, batch_size, image_size, num_classes, seed: the build arguments
-        (sequence models: ``image_size`` None, ``num_classes`` the
-        vocabulary).
-      graph: the `tf.Graph` (not finalized).
-      images: ``[N, H, W, 3]`` float32, in-graph constant-seeded stateless
-        random batch (same values on every step and every run); None for
-        the sequence models.
-      labels: ``[N]`` int32, likewise (``[N, T]`` next words for the
-        sequence models).
-      logits: ``[N, num_classes]`` (``[N, T, vocab]``); aux_logits: the
-        auxiliary head's, or None.
-      cross_entropy: mean softmax cross-entropy of the main head.
-      loss: total loss (cross-entropy + 0.4 aux + weight decay), scalar.
-      train_op: one momentum-SGD step plus the batch-norm updates.
-      init_op: initialises all variables (including optimizer slots).
-      global_step: int64 resource variable incremented by ``train_op``.
-      trainable_variables: the model's trainable variables.
-      options: the model options used (e.g. ``aux_head``; every option
-        with its default for `LARGE_MODELS`).
-      inputs: the input tensors by name: ``{"images"}``, ``{"tokens"}``
+    Attributes
+    ----------
+    name, batch_size, image_size, num_classes, seed
+        The build arguments (sequence models: ``image_size`` None,
+        ``num_classes`` the vocabulary).
+    graph : tf.Graph
+        The graph (not finalized).
+    images : tf.Tensor or None
+        ``[N, H, W, 3]`` float32, in-graph constant-seeded stateless random
+        batch (same values on every step and every run); None for the
+        sequence models.
+    labels : tf.Tensor
+        ``[N]`` int32, likewise (``[N, T]`` next words for the sequence
+        models).
+    logits, aux_logits : tf.Tensor
+        ``[N, num_classes]`` (``[N, T, vocab]``); the auxiliary head's, or None.
+    cross_entropy : tf.Tensor
+        Mean softmax cross-entropy of the main head.
+    loss : tf.Tensor
+        Total loss (cross-entropy + 0.4 aux + weight decay), scalar.
+    train_op : tf.Operation
+        One momentum-SGD step plus the batch-norm updates.
+    init_op : tf.Operation
+        Initialises all variables (including optimizer slots).
+    global_step : tf.Variable
+        int64 resource variable incremented by ``train_op``.
+    trainable_variables : list
+        The model's trainable variables.
+    options : dict
+        The model options used (e.g. ``aux_head``; every option with its
+        default for `LARGE_MODELS`).
+    inputs : dict
+        The input tensors by name: ``{"images"}``, ``{"tokens"}``
         (``rnn_lm``, ``[N, T]`` int32) or ``{"source", "target"}`` (``nmt``).
     """
     name: str
@@ -389,14 +401,22 @@ def model_parameter_count(name: str, image_size: Optional[int] = None,
     (batch 1, no gradients or optimizer: a few times faster than
     `build_training_graph` and nothing is run).
 
-    Args:
-      name: one of `ALL_MODELS`.
-      image_size: None: the model's ImageNet size.
-      num_classes: classes; None: 1000.
-      **model_options: as for `build_training_graph` (e.g. ``aux_head``,
-        ``depth``, ``hidden_size``).
-    Returns:
-      the number of trainable scalars.
+    Parameters
+    ----------
+    name : str
+        One of `ALL_MODELS`.
+    image_size : int, optional
+        None: the model's ImageNet size.
+    num_classes : int, optional
+        Classes; None: 1000.
+    **model_options
+        As for `build_training_graph` (e.g. ``aux_head``, ``depth``,
+        ``hidden_size``).
+
+    Returns
+    -------
+    int
+        The number of trainable scalars.
     """
     spec = _spec(name)
     options = resolved_options(name, **model_options)
@@ -429,36 +449,54 @@ def build_training_graph(name: str, batch_size: int,
                          **model_options) -> TrainingGraph:
     """Build one training step of a model in a fresh `tf.Graph`.
 
-    Args:
-      name: one of `ALL_MODELS`.
-      batch_size: examples per step.
-      image_size: square input size; None: the model's ImageNet size (or the
+    Parameters
+    ----------
+    name : str
+        One of `ALL_MODELS`.
+    batch_size : int
+        Examples per step.
+    image_size : int, optional
+        Square input size; None: the model's ImageNet size (or the
         ``dataset``'s).
-      num_classes: classes; None: 1000 (or the ``dataset``'s).
-      seed: seeds the graph-level RNG (variable initial values) and the
-        constant seeds of the stateless data, dropout and drop-path ops.
-      dataset: ``"cifar10"`` or ``"imagenet"`` to fill in ``image_size`` and
+    num_classes : int, optional
+        Classes; None: 1000 (or the ``dataset``'s).
+    seed : int
+        Seeds the graph-level RNG (variable initial values) and the constant
+        seeds of the stateless data, dropout and drop-path ops.
+    dataset : str, optional
+        ``"cifar10"`` or ``"imagenet"`` to fill in ``image_size`` and
         ``num_classes`` left as None.
-      learning_rate, momentum: of the MomentumOptimizer.
-      weight_decay: L2 coefficient; None: the model's TF-Slim value; 0: none.
-      dropout: build dropout and drop-path (fixed stateless masks).
-      **model_options: per-model options: ``aux_head`` (Inception-V3,
-        NASNet, PNASNet; default True as in TF-Slim training), and for the
-        NASNets any TF-Slim hparam of `nasnet.NASNET_LARGE_CONFIG` (e.g.
-        ``num_cells``, ``num_conv_filters``); ``wide_resnet``: ``depth``
-        (50, 101, 152) and ``width`` (default 50 and 4, WResNet-50-4);
-        ``rnn_lm`` and ``nmt``: ``num_layers``, ``hidden_size``,
-        ``vocab_size``, ``seq_length``, ``embedding_size`` (``nmt`` also
-        ``attention_size``), defaults FlexFlow's (`rnn.FLEXFLOW_RNNLM`,
-        `rnn.FLEXFLOW_NMT`).
-    Returns:
-      a `TrainingGraph`. Same arguments give the same GraphDef.
-    Raises:
-      ValueError: an unknown model or option, a batch size, image size or
-        class count that is not a positive integer (named), or image
-        arguments for a sequence model.
+    learning_rate, momentum : float
+        Of the MomentumOptimizer.
+    weight_decay : float, optional
+        L2 coefficient; None: the model's TF-Slim value; 0: none.
+    dropout : bool
+        Build dropout and drop-path (fixed stateless masks).
+    **model_options
+        Per-model options: ``aux_head`` (Inception-V3, NASNet, PNASNet;
+        default True as in TF-Slim training), and for the NASNets any TF-Slim
+        hparam of `nasnet.NASNET_LARGE_CONFIG` (e.g. ``num_cells``,
+        ``num_conv_filters``); ``wide_resnet``: ``depth`` (50, 101, 152) and
+        ``width`` (default 50 and 4, WResNet-50-4); ``rnn_lm`` and ``nmt``:
+        ``num_layers``, ``hidden_size``, ``vocab_size``, ``seq_length``,
+        ``embedding_size`` (``nmt`` also ``attention_size``), defaults
+        FlexFlow's (`rnn.FLEXFLOW_RNNLM`, `rnn.FLEXFLOW_NMT`).
 
-    Example (Tofu's RNN-6-4K, unrolled for 20 steps)::
+    Returns
+    -------
+    TrainingGraph
+        Same arguments give the same GraphDef.
+
+    Raises
+    ------
+    ValueError
+        An unknown model or option, a batch size, image size or class count
+        that is not a positive integer (named), or image arguments for a
+        sequence model.
+
+    Examples
+    --------
+    Tofu's RNN-6-4K, unrolled for 20 steps::
 
         m = build_training_graph("rnn_lm", 32, num_layers=6,
                                  hidden_size=4096, seq_length=20)

@@ -228,8 +228,8 @@ def shardable_groups(step) -> dict:
     with the op that computes it) when none of its ops uses a variable: the
     rewrite drops the colocation attribute and names the devices itself.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from fddps.strategy.graph import OpInfo, StepGraph
     >>> step = StepGraph([OpInfo("w", "VarHandleOp", param_shape=(4, 2), group="w", tied=True),
     ...                   OpInfo("r", "ReadVariableOp", inputs=(("w", 0),), group="w", tied=True)])
@@ -263,8 +263,8 @@ def group_devices(step, devices, groups=None) -> dict:
     """A device per colocation group of ``groups`` (default: every group), spread by
     their ops' parameter bytes, largest first, each to the least-loaded device.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from fddps.strategy.graph import OpInfo, StepGraph
     >>> step = StepGraph([OpInfo("w", "VarHandleOp", param_bytes=16.0, group="w"),
     ...                   OpInfo("v", "VarHandleOp", param_bytes=8.0, group="v")])
@@ -499,8 +499,8 @@ def attribute_split(step, devices: Sequence[str], dims: Sequence[str] = ("h",), 
         ``min(factor, extent)`` parts per dimension; the rest as
         :func:`data_parallel`'s home devices.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from fddps.strategy.graph import OpInfo, StepGraph
     >>> g = StepGraph([OpInfo("x", "Relu", input_shapes=((2, 6, 6, 3),),
     ...                       output_shapes=((2, 6, 6, 3),))])
@@ -562,8 +562,8 @@ def shard_variables(step, strategy: Strategy, devices: Sequence[str], dim: str =
     weight shards where they are. Each group gets ``min(len(devices), extent)``
     parts; groups without ``dim``, or with an extent of 1, keep their configuration.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from fddps.strategy.graph import OpInfo, StepGraph
     >>> step = StepGraph([OpInfo("w", "VarHandleOp", param_shape=(4, 6), output_shapes=((),),
     ...                          group="w", tied=True)])

@@ -79,8 +79,8 @@ def local_cpu_devices(n: int) -> list:
         If ``n`` is not a positive integer, or the runtime has started with
         fewer CPU devices (the message says how many).
 
-    Example
-    -------
+    Examples
+    --------
     >>> local_cpu_devices(2)                          # doctest: +SKIP
     ['/device:CPU:0', '/device:CPU:1']
     """
