@@ -43,15 +43,12 @@ workloads, see `resnet` and `rnn` for sources and counts):
                                          depth=152, width=10)
     m = slim_models.build_training_graph("rnn_lm", 64)   # FlexFlow's RNNLM
 
-<<<<<<< HEAD
 AlexNet (``"alexnet"``, `BENCHMARK_MODELS`: FlexFlow's and the
 vertex-elimination DP's benchmark, the single-tower one-weird-trick net,
-61,100,840 parameters as torchvision's) is built the same way.
+61,100,840 parameters as torchvision's) and FlexFlow's RNNTC (``"rnntc"``)
+are built the same way.
 
- See `training` for the graph's contents and
-=======
 See `training` for the graph's contents and
->>>>>>> docs
 the model modules (`vgg`, `inception`, `resnet`, `nasnet`, `rnn`) for the
 architectures and their reference parameter counts.
 """
