@@ -6,8 +6,8 @@ simulated P100s (``costmodel.default_cost_model("p100")``), and for README's
 GraphDef quick start (ResNet-50, batch 8, on 4 CPU devices of this process,
 which share its cores; cost model of this machine's CPU, unpinned, as a user
 gets it): ``fddps.place(graph_def, devices, fetches=[train_op, loss])`` with
-the default algorithm and with ``algorithm="auto"`` (``--budget`` seconds,
-auto's default 60). Reported per row: the predicted step of what the placed
+the default algorithm and with ``algorithm="auto"`` (``--budget`` seconds, or
+by default auto's own budget: twice its baselines' seconds after them). Reported per row: the predicted step of what the placed
 graph runs (``step_ms``: the executor's order for the default, which
 ``place`` does not enforce unless its order guard says so; the simulated
 strategy for ``auto``), the scheduled-order step of the default
@@ -43,7 +43,8 @@ def place_both(graph_def, devices, fetches, cost_model, budget) -> list:
     import fddps
 
     rows = []
-    for algorithm, options in ((DEFAULT, {}), ("auto", dict(time_budget=budget))):
+    auto = {} if budget is None else dict(time_budget=budget)
+    for algorithm, options in ((DEFAULT, {}), ("auto", auto)):
         t = time.perf_counter()
         p = fddps.place(graph_def, devices, cost_model=cost_model, fetches=fetches,
                         algorithm=algorithm, **options)
@@ -109,7 +110,8 @@ def main(argv=None):
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--devices", type=int, default=4)
-    p.add_argument("--budget", type=float, default=60.0, help="auto's time_budget (its default: 60)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="auto's time_budget in seconds (default: auto's own, relative budget)")
     p.add_argument("--no-quickstart", action="store_true",
                    help="leave out README's quick start (ResNet-50 on 4 local CPU devices)")
     p.add_argument("--quick", action="store_true",
@@ -121,7 +123,8 @@ def main(argv=None):
     if args.quick:
         models, batch, devices, budget, quickstart = ["vgg16"], 2, 2, 5.0, False
     df = run(models, batch, devices, budget, quickstart)
-    print(f"fddps.place: default ({DEFAULT}) vs auto ({budget:g} s), batch {batch}, CIFAR-10 "
+    said = "its own budget" if budget is None else f"{budget:g} s"
+    print(f"fddps.place: default ({DEFAULT}) vs auto ({said}), batch {batch}, CIFAR-10 "
           f"size, {devices} simulated P100s. {COST_MODEL_NOTE}")
     print(df.round(3).to_string(index=False))
     save_csv_and_plot(df, args.out, _plot)

@@ -77,3 +77,22 @@ def test_auto_and_fddps_space_name_bad_shares():
         get_search("auto", pase_share=0)
     with pytest.raises(SearchError, match=r"option 'choose_share' must be a number in \(0, 1\]"):
         get_search("fddps_space", choose_share=0)
+
+
+def test_auto_default_budget_is_relative_to_its_baselines(step, cm):
+    cluster = cm.cluster(GPUS)
+    r = get_search("auto", max_proposals=20, seed=0).fit(step, cluster, cm)
+    spent = r.info["seconds"]
+    assert r.info["relative_budget"] is True
+    # The budget: the baselines' seconds and twice as many after them.
+    assert r.info["budget"] == pytest.approx(3 * spent["baselines"])
+    for why in r.info["skipped"].values():  # what did not start names the budget it ran out of
+        assert "2x the baselines' seconds" in why
+    # Never predicted slower than the best baseline, whatever ran.
+    assert r.makespan <= r.info["best_baseline"] and r.fits
+    # Overrun bound: one indivisible piece of the search running at the deadline.
+    assert r.seconds <= r.info["budget"] + 5.0
+    half = get_search("auto", budget_factor=0.5, max_proposals=20, seed=0).fit(step, cluster, cm)
+    assert half.info["budget"] == pytest.approx(1.5 * half.info["seconds"]["baselines"])
+    with pytest.raises(SearchError, match="option 'budget_factor' must be a positive number"):
+        get_search("auto", budget_factor=0)

@@ -1,5 +1,13 @@
 """Run the searches within a time budget and keep the fastest strategy that fits (``"auto"``).
 
+The budget is, by default, relative: ``budget_factor`` (2) times the seconds
+the baselines took, so ``auto`` costs about three times one FD-DPS placement
+(its baselines are FD-DPS's placement plus two simulations), wherever the
+graph's size puts that. The baselines are where its gains were measured (on
+the six networks every winner was FD-DPS's whole-op placement read through
+the strategy layer), and they always run. ``time_budget=`` seconds gives a
+fixed budget instead, as before.
+
 In order, each from the time the ones before it left:
 
 1. the baselines (one device, data parallelism, FD-DPS's whole-op
@@ -13,8 +21,9 @@ In order, each from the time the ones before it left:
    predicted slower than it;
 3. Tofu's recursive partition (``"tofu"``: the least-communication plan that
    fits, often the only one for a model larger than a device; seconds on a
-   CNN): like the baselines, always run, even with no time left (the reason
-   kept when no plan fits);
+   CNN): with a fixed ``time_budget``, like the baselines, always run, even
+   with no time left; with the relative budget, run while time is left, and
+   always when no baseline fits (the reason kept when no plan fits);
 4. the vertex-elimination DP (``"pase"``, in ``pase_share`` of what is left; a
    step too wide for its table bound, or whose costing outlasts its share, is
    skipped, and the reason kept);
@@ -52,9 +61,14 @@ class AutoSearch(StrategySearch):
 
     Parameters
     ----------
-    time_budget : float
-        Seconds for the whole search (default 60); see the module for the order
-        in which the searches share it and by how much it can be overrun.
+    time_budget : float or None
+        Seconds for the whole search; None (the default): ``budget_factor``
+        times the baselines' seconds. See the module for the order in which
+        the searches share it and by how much it can be overrun.
+    budget_factor : float
+        With ``time_budget=None``, the budget after the baselines as a multiple
+        of their seconds (default 2: ``auto`` takes about 3x FD-DPS's
+        placement).
     max_proposals : int
         MCMC's proposal budget (default 2000).
     seed : int
@@ -71,18 +85,19 @@ class AutoSearch(StrategySearch):
 
     Example
     -------
-    >>> r = AutoSearch(time_budget=30).fit(step, cluster, cost_model)   # doctest: +SKIP
+    >>> r = AutoSearch().fit(step, cluster, cost_model)   # doctest: +SKIP
     >>> r.search, r.info["seconds"]                                      # doctest: +SKIP
     ('fddps_space', {'baselines': 0.4, 'fddps_space': 2.1, ...})
     """
 
     name = "auto"
-    options = dict(time_budget=60.0, max_proposals=2000, seed=0, writable=False, progress=False,
-                   pase_share=0.6, fddps_space_share=1.0)
+    options = dict(time_budget=None, budget_factor=2.0, max_proposals=2000, seed=0,
+                   writable=False, progress=False, pase_share=0.6, fddps_space_share=1.0)
 
     def __init__(self, **options):
         super().__init__(**options)
-        self.time_budget = positive("time_budget", self.time_budget, allow_none=False)
+        self.time_budget = positive("time_budget", self.time_budget, allow_none=True)
+        self.budget_factor = positive("budget_factor", self.budget_factor, allow_none=False)
         self.max_proposals = positive("max_proposals", self.max_proposals, integer=True,
                                       allow_none=False)
         for share in ("pase_share", "fddps_space_share"):
@@ -94,11 +109,6 @@ class AutoSearch(StrategySearch):
     def fit(self, step, cluster, cost_model) -> SearchResult:
         """Search ``step`` on ``cluster``: the best candidate's :class:`SearchResult`."""
         t0 = time.perf_counter()
-        end = t0 + self.time_budget
-
-        def left():  # seconds left (a search started gets at least a sliver, never <= 0)
-            return max(end - time.perf_counter(), 1e-9)
-
         ev = StrategyEvaluator(step, cluster, cost_model)
         starts = baseline_strategies(step, cluster, cost_model, writable=self.writable)
         candidates = {}
@@ -106,7 +116,17 @@ class AutoSearch(StrategySearch):
             score = ev.full(strategy)
             candidates[name] = (strategy, score.makespan, score.peak, score.fits, score.cost)
         skipped, cut, seconds = {}, [], {"baselines": time.perf_counter() - t0}
-        no_time = f"no time left of the {self.time_budget:g} s budget"
+        relative = self.time_budget is None
+        budget = ((1.0 + self.budget_factor) * seconds["baselines"] if relative
+                  else self.time_budget)
+        end = t0 + budget
+
+        def left():  # seconds left (a search started gets at least a sliver, never <= 0)
+            return max(end - time.perf_counter(), 1e-9)
+
+        no_time = (f"no time left of the {budget:.3g} s budget"
+                   + (f" ({self.budget_factor:g}x the baselines' seconds after them)"
+                      if relative else ""))
 
         def attempt(name, run, errors=(), always=False):
             """``run()``'s result, kept as a candidate; None when skipped (no time, or ``errors``)."""
@@ -126,15 +146,17 @@ class AutoSearch(StrategySearch):
 
         fs = attempt("fddps_space", lambda: get_search(
             "fddps_space", writable=self.writable, progress=self.progress, choose_share=1.0,
-            time_budget=min(left(), self.fddps_space_share * self.time_budget)).fit(
+            time_budget=min(left(), self.fddps_space_share * budget)).fit(
             step, cluster, cost_model, start=starts.get("fddps")))
         if fs is not None and fs.info["out_of_time"]:
             cut.append("fddps_space")
-        # Tofu runs whatever is left, as the baselines do: seconds on a CNN, and often the only
-        # plan that fits a model larger than a device. Its search already expanded and
-        # simulated its plan, as ev.full would.
+        # Tofu is often the only plan that fits a model larger than a device: with a fixed
+        # budget it runs whatever is left, as the baselines do (seconds on a CNN); with the
+        # relative one, when time is left or nothing fits yet. Its search already expanded
+        # and simulated its plan, as ev.full would.
         attempt("tofu", lambda: get_search("tofu", writable=self.writable).fit(
-            step, cluster, cost_model), InfeasibleError, always=True)
+            step, cluster, cost_model), InfeasibleError,
+            always=not relative or not any(c[3] for c in candidates.values()))
         dp = attempt("pase", lambda: get_search(
             "pase", writable=self.writable, progress=self.progress,
             time_budget=self.pase_share * left()).fit(step, cluster, cost_model), SearchError)
@@ -163,8 +185,8 @@ class AutoSearch(StrategySearch):
         total = time.perf_counter() - t0
         info = dict(winner=winner, steps={n: c[1] for n, c in candidates.items()},
                     fits={n: c[3] for n, c in candidates.items()}, skipped=skipped, cut=cut,
-                    seconds=seconds, budget=self.time_budget,
-                    over_budget=max(total - self.time_budget, 0.0), best_baseline=best_base,
+                    seconds=seconds, budget=budget, relative_budget=relative,
+                    over_budget=max(total - budget, 0.0), best_baseline=best_base,
                     speedup_over_best_baseline=best_base / makespan if makespan > 0 else float("nan"),
                     proposals=mc.info["proposals"] if mc else 0,
                     delta_seconds=mc.info["delta_seconds"] if mc else float("nan"),

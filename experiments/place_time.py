@@ -1,0 +1,222 @@
+"""`place()`'s wall-clock seconds by stage, next to TensorFlow's own import of the same graph.
+
+For the six ``slim_models`` networks (batch 8, CIFAR size, 4 simulated P100s,
+``fetches=[train_op, loss]``, the default algorithm) and README's Keras quick
+start (4 CPU devices of this process), times in one process, interleaved
+(round by round: TensorFlow's ``import_graph_def`` of the GraphDef into a fresh
+graph, then ``place()`` of it):
+
+- ``import_s``: ``tf.compat.v1.import_graph_def`` of the same GraphDef (for the
+  Keras step: of the traced step's GraphDef), median of the rounds;
+- ``place_s``: ``place()``'s wall time, median of the rounds, split into the
+  stages ``place()`` reports in ``Placement.info``: ``read_s`` (load and analyse
+  the graph once), ``decide_s`` (the scheduler), ``write_s`` (write the placed
+  graph and predict its step); for the Keras step ``trace_s`` (tracing the
+  training step into a graph) is the rest of the call;
+- ``ratio``: ``place_s / import_s`` (issue 27 asks for at most 2).
+
+Ratios inside one run cancel most of the machine's drift; a loaded machine
+moves the stages differently, so compare runs only as ratios.
+
+Run::
+
+    python -m experiments.place_time                     # six networks + quick start, 3 rounds
+    python -m experiments.place_time --models vgg16 --rounds 1 --no-quickstart   # smoke
+
+Writes ``experiments/results/place_time.csv``, ``place_time.png`` (stacked
+stages against the import) and the page ``place_time.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.common import MODELS, build_model, device_names, ensure_parent, matplotlib_agg, tf_quiet
+
+RESULTS = Path(__file__).resolve().parent / "results"
+STAGES = ("trace_s", "read_s", "decide_s", "write_s")
+
+
+def import_seconds(graph_def) -> float:
+    """Seconds of TensorFlow's ``import_graph_def`` of ``graph_def`` into a fresh graph."""
+    import tensorflow as tf
+
+    t = time.perf_counter()
+    with tf.Graph().as_default():
+        tf.compat.v1.import_graph_def(graph_def, name="")
+    return time.perf_counter() - t
+
+
+def _row(case, nodes, imports, places, infos, totals=None) -> dict:
+    """Medians over the rounds; the stage split of the round whose place() was the median."""
+    k = sorted(range(len(places)), key=places.__getitem__)[len(places) // 2]
+    info = infos[k]
+    read, decide, write = (float(info.get(key, 0.0)) for key in
+                           ("read_seconds", "decide_seconds", "write_seconds"))
+    total = places[k] if totals is None else totals[k]
+    row = dict(case=case, nodes=nodes, rounds=len(places),
+               import_s=statistics.median(imports), place_s=total,
+               trace_s=max(total - float(info.get("place_seconds", total)), 0.0),
+               read_s=read, decide_s=decide, write_s=write)
+    row["ratio"] = row["place_s"] / row["import_s"]
+    return row
+
+
+def network_row(name, rounds, batch=8, devices=4, progress=print) -> dict:
+    """One network: ``rounds`` interleaved rounds of import and ``place()``."""
+    import fddps
+    from costmodel import default_cost_model
+
+    cost_model = default_cost_model("p100")
+    model = build_model(name, batch)
+    fetches = [model.train_op.name, model.loss.name]
+    imports, places, infos = [], [], []
+    for r in range(rounds):
+        imports.append(import_seconds(model.graph_def))
+        t = time.perf_counter()
+        p = fddps.place(model.graph_def, device_names(devices), cost_model=cost_model,
+                        fetches=fetches)
+        places.append(time.perf_counter() - t)
+        infos.append(p.info)
+        progress(f"  {name} round {r + 1}/{rounds}: import {imports[-1]:.2f} s, "
+                 f"place {places[-1]:.2f} s")
+    return _row(f"{name} b{batch} {devices}xP100", len(model.graph_def.node),
+                imports, places, infos)
+
+
+def quickstart_row(rounds, progress=print) -> dict:
+    """README's Keras quick start on 4 CPU devices: trace + place, against importing its step."""
+    import keras
+    import numpy as np
+
+    import fddps
+    from fddps.tf import local_cpu_devices
+
+    devices = local_cpu_devices(4)
+    x = np.random.default_rng(0).random((32, 32, 32, 3), dtype=np.float32)
+    y = np.random.default_rng(1).integers(0, 10, 32)
+    imports, places, infos = [], [], []
+    nodes = 0
+    for r in range(rounds):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([
+            keras.Input((32, 32, 3)),
+            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(10)])
+        t = time.perf_counter()
+        p = fddps.place(model, devices, batch=(x, y), optimizer="adam",
+                        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        places.append(time.perf_counter() - t)
+        infos.append(p.info)
+        nodes = len(p.graph_def.node)
+        imports.append(import_seconds(p.graph_def))
+        progress(f"  keras quick start round {r + 1}/{rounds}: import {imports[-1]:.3f} s, "
+                 f"place {places[-1]:.2f} s")
+    return _row("keras quick start 4xCPU", nodes, imports, places, infos)
+
+
+def plot(df: pd.DataFrame, path) -> Path:
+    """Stacked stages of ``place()`` beside the import, per case (log seconds)."""
+    plt = matplotlib_agg()
+    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + 1.6))
+    y = range(len(df))
+    left = [0.0] * len(df)
+    colors = {"trace_s": "#bbbbbb", "read_s": "#4c72b0", "decide_s": "#dd8452",
+              "write_s": "#55a868"}
+    for stage in STAGES:
+        widths = df[stage].tolist()
+        if not any(widths):
+            continue
+        ax.barh([v + 0.2 for v in y], widths, left=left, height=0.38, color=colors[stage],
+                label=f"place(): {stage[:-2]}")
+        left = [a + b for a, b in zip(left, widths)]
+    ax.barh([v - 0.2 for v in y], df["import_s"], height=0.38, color="#222222",
+            label="TensorFlow import_graph_def")
+    for v, (total, ratio) in enumerate(zip(df["place_s"], df["ratio"])):
+        ax.text(total, v + 0.2, f"  {ratio:.1f}x", va="center", fontsize=8)
+    ax.set_yticks(list(y))
+    ax.set_yticklabels(df["case"])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds (median of the rounds)")
+    ax.set_title("place() by stage vs TensorFlow's import of the same GraphDef")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    ensure_parent(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def markdown(df: pd.DataFrame, command: str, seconds: float) -> str:
+    cols = ["case", "nodes", "rounds", "import_s", "place_s", "ratio"] + list(STAGES)
+    table = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df[cols].iterrows():
+        table.append("| " + " | ".join(
+            f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+    within = int((df["ratio"] <= 2.0).sum())
+    return "\n".join([
+        "# `place()`'s seconds by stage",
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared "
+        f"(timings comparable only as ratios inside one run); {seconds:.0f} s in all.",
+        "",
+        "`import_s`: TensorFlow's `import_graph_def` of the same GraphDef into a fresh graph "
+        "(the Keras step: of its traced step); `place_s`: `fddps.place()` with the default "
+        "algorithm; both medians of interleaved rounds. The stages are those `place()` reports "
+        "(`Placement.info`): `read` (load and analyse once), `decide` (the scheduler), "
+        "`write` (write the placed graph, predict its step); `trace` (Keras only) is tracing "
+        "the training step. `ratio` = place_s / import_s.",
+        "",
+        f"Within 2x TensorFlow's import: {within} of {len(df)} cases.",
+        "",
+        *table,
+        "",
+        "![place() by stage](place_time.png)",
+        "",
+    ])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-quickstart", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS / "place_time.csv"))
+    args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {args.rounds}")
+    tf_quiet()
+    start = time.perf_counter()
+    rows = []
+    if not args.no_quickstart:  # first: local_cpu_devices must run before other TF work
+        rows.append(quickstart_row(args.rounds))
+    for name in args.models:
+        rows.append(network_row(name, args.rounds))
+    df = pd.DataFrame(rows)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    out = ensure_parent(args.out)
+    df.to_csv(out, index=False)
+    plot(df, out.with_suffix(".png"))
+    command = "python -m experiments.place_time" + (
+        " " + " ".join(argv if argv is not None else sys.argv[1:]) if (argv or sys.argv[1:]) else "")
+    out.with_suffix(".md").write_text(markdown(df, command, time.perf_counter() - start))
+    print(f"wrote {out}, {out.with_suffix('.png')}, {out.with_suffix('.md')}")
+    return df
+
+
+if __name__ == "__main__":
+    main()
