@@ -149,8 +149,8 @@ def fusion_groups(graph_def, fetches=None, device_type="CPU"):
     Returns
     -------
     list of list of str
-        Each group's node names, the fused op's name last; groups may overlap
-        (they are merged when colocated).
+        Each group's node names, the fused op's name last, each group once;
+        groups may overlap (they are merged when colocated).
 
     Raises
     ------
@@ -164,7 +164,8 @@ def fusion_groups(graph_def, fetches=None, device_type="CPU"):
     groups = _remapper_groups(graph_def, fetches, device)
     if device_type == "CPU":
         groups += _onednn_groups(graph_def)
-    return groups
+    # A pair both the remapper fuses and oneDNN would (Conv2D + BiasAdd) is one group.
+    return [list(g) for g in dict.fromkeys(tuple(g) for g in groups)]
 
 
 def colocate_fusions(graph_def, fetches=None, device_types=("CPU",)):
