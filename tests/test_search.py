@@ -251,6 +251,7 @@ def test_pase_writable_result_runs_with_the_original_loss_and_variables(cnn, cm)
 
 def test_place_auto_picks_the_fastest_fitting_strategy_and_it_runs_like_the_original(cnn, cm):
     import fddps
+    from fddps.tf.search_place import DEFAULT_PLACEMENT
 
     g, fetches, init, variables, step = cnn
     before = g.as_graph_def()
@@ -263,10 +264,14 @@ def test_place_auto_picks_the_fastest_fitting_strategy_and_it_runs_like_the_orig
     # slices and concatenations the rewrite adds); the fastest of those is placed.
     written = found["written_steps"]
     baselines = ("one device", "data parallel", "fddps")
-    assert set(written) >= {found["winner"], *baselines}
+    # ... and so is place()'s default placement of the same graph (what its executor runs).
+    assert set(written) >= {found["winner"], *baselines, DEFAULT_PLACEMENT}
+    default = fddps.place(g, CPUS, cost_model=cm, fetches=fetches)
+    assert written[DEFAULT_PLACEMENT] == default.executor_makespan
     assert p.info["search"] == found["written_winner"]
-    assert p.makespan == written[found["written_winner"]] == min(written.values())
-    assert p.makespan <= min(written[n] for n in baselines)
+    assert p.executor_makespan == written[found["written_winner"]] == min(written.values())
+    assert p.executor_makespan <= min(written[n] for n in baselines)
+    assert p.executor_makespan <= default.executor_makespan  # never predicted slower
     text = p.summary()
     assert f"{found['winner']} won" in text and "the best of one device" in text
     assert f"as written (with the ops the rewrite adds): {found['written_winner']} won" in text

@@ -59,8 +59,17 @@ def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=N
         placement = place_tofu(analysis, devices, cost_model, memory, fetches, unknown_dim,
                                options)
     elif algorithm in available_searches():
+        default = None
+        if algorithm == "auto":  # never predicted slower than the default's own placement
+            from ..algorithms import get_algorithm
+
+            default = place_scheduled(analysis, devices, get_algorithm("fddps"), cost_model,
+                                      memory, override=override, fetches=fetches,
+                                      enforce_order=enforce_order,
+                                      session_config=session_config, topology=topology)
         placement = place_searched(analysis, devices, algorithm, cost_model, memory,
-                                   fetches=fetches, unknown_dim=unknown_dim, **options)
+                                   fetches=fetches, unknown_dim=unknown_dim, default=default,
+                                   **options)
     else:
         placement = place_scheduled(analysis, devices, scheduler, cost_model, memory,
                                     override=override, fetches=fetches,

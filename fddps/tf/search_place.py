@@ -21,11 +21,16 @@ from .strategy_rewrite import place_strategy
 
 
 def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fetches=None,
-                   unknown_dim=1, **options):
+                   unknown_dim=1, default=None, **options):
     """Search a strategy with ``algorithm`` and place it; the :class:`~fddps.tf.placement.Placement`.
 
     ``info`` gains ``search`` (the search that found the strategy; for
     ``auto`` the winner), ``search_info`` and ``search_seconds``.
+
+    ``default``: the placement ``place()``'s default algorithm wrote for the
+    same graph (``auto`` is given it): returned instead when the search's
+    answer, as written, is not predicted faster, so ``auto`` is never
+    predicted slower than the default.
 
     Raises
     ------
@@ -43,13 +48,14 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
 
     def write(strategy):
         return place_strategy(analysis, list(cluster.names), strategy, cost_model, memory,
-                              fetches=fetches, unknown_dim=unknown_dim)
+                              fetches=fetches, unknown_dim=unknown_dim, step=step)
 
     placement, search_name = write(result.strategy), result.search
     if result.candidates:
-        placement, search_name = _retime_written(result, placement, write)
+        placement, search_name = _retime_written(result, placement, write, default=default)
+    decided = result.seconds + (default.info.get("decide_seconds", 0.0) if default else 0.0)
     placement.info.update(algorithm=algorithm, search=search_name, search_info=result.info,
-                          search_seconds=result.seconds,
+                          search_seconds=result.seconds, decide_seconds=decided,
                           place_seconds=time.perf_counter() - t0)
     return placement
 
@@ -62,10 +68,21 @@ def _fits(placement) -> bool:
     return bool(np.all(placement.peak_memory.to_numpy() <= placement.cluster.memory))
 
 
-def _retime_written(result, placement, write, runners_up: int = 2):
+#: ``auto``'s name for the default algorithm's own placement among its written candidates.
+DEFAULT_PLACEMENT = "fddps (place's default)"
+
+
+def _same_strategy(a, b) -> bool:
+    return a.default_device == b.default_device and dict(a.configs) == dict(b.configs)
+
+
+def _retime_written(result, placement, write, runners_up: int = 2, default=None):
     """``auto``'s answer re-timed as written: the fastest fitting of the winner, the
     baselines and the ``runners_up`` next fastest candidates, each predicted on its
-    rewritten GraphDef (:func:`~fddps.tf.strategy_rewrite.place_strategy`).
+    rewritten GraphDef (:func:`~fddps.tf.strategy_rewrite.place_strategy`), and the
+    ``default`` placement (what the TensorFlow executor runs of it,
+    ``executor_makespan``) when given. A candidate with the same strategy as
+    one already written is not written again.
 
     The searches score a strategy's task graph, which approximates what the
     rewrite adds between parts (a slice is paid on its reader's device, the
@@ -87,8 +104,15 @@ def _retime_written(result, placement, write, runners_up: int = 2):
 
         warnings.simplefilter("ignore", ProfileCoverageWarning)
         for name in names[1:]:
-            written[name] = write(result.candidates[name])
+            strategy = result.candidates[name]
+            same = next((n for n in written if _same_strategy(result.candidates[n], strategy)),
+                        None)
+            written[name] = written[same] if same is not None else write(strategy)
     steps = {n: float(p.makespan) for n, p in written.items()}
+    if default is not None:
+        names.append(DEFAULT_PLACEMENT)
+        written[DEFAULT_PLACEMENT] = default
+        steps[DEFAULT_PLACEMENT] = float(default.executor_makespan)
     fitting = [n for n in names if _fits(written[n])] or names
     best = min(fitting, key=lambda n: (steps[n], names.index(n)))
     info["written_steps"], info["written_winner"] = steps, best

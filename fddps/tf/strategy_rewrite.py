@@ -500,7 +500,8 @@ def _write_windowed(w, name, op, cfg, dims, tf_op, node_def, controls):
     return outs, names
 
 
-def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=False):
+def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=False, *,
+                     step=None):
     """A GraphDef that runs ``strategy``: the same loss and updates as ``graph_def``.
 
     Parameters
@@ -516,6 +517,10 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=F
 
     return_shards : bool
         Also return the variables written as shards (:mod:`fddps.tf.variable_shards`).
+    step : StepGraph, optional
+        The step graph of ``graph_def`` and ``fetches``
+        (:func:`~fddps.tf.strategy_graph.step_graph`) when the caller has it; built
+        here otherwise.
 
     Returns
     -------
@@ -530,7 +535,8 @@ def rewrite_strategy(graph_def, strategy, fetches, devices=None, return_shards=F
     """
     tf = _tf()
     analysis = analyse(graph_def)
-    step = step_graph(analysis, fetches)
+    if step is None:
+        step = step_graph(analysis, fetches)
     validate(strategy, step, devices or strategy.devices())
     out = tf.compat.v1.GraphDef()
     out.versions.CopyFrom(analysis.graph_def.versions)
@@ -696,7 +702,7 @@ def data_parallel(graph_def, devices, fetches=None):
 
 
 def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fetches=None,
-                   unknown_dim=1):
+                   unknown_dim=1, step=None):
     """:func:`fddps.tf.place` with a given strategy: the rewritten graph and its predicted step.
 
     The :class:`~fddps.tf.placement.Placement`'s ``graph_def`` is
@@ -709,7 +715,9 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     those (a slice is paid on its reader's device, a part's tasks run in
     another order); its step is ``info["expansion_makespan"]``, and
     ``info["single_device_step"]`` is the original step on the best single
-    device.
+    device. ``step``: the step graph of ``graph_def`` and ``fetches``
+    (:func:`~fddps.tf.strategy_graph.step_graph`) when the caller has it
+    already (a search writing several candidates); built here otherwise.
 
     Raises
     ------
@@ -726,7 +734,8 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     t0 = time.perf_counter()
     analysis = analyse(graph_def, unknown_dim)
     cluster = make_cluster(devices, cost_model, memory)
-    step = step_graph(analysis, fetches)
+    if step is None:
+        step = step_graph(analysis, fetches)
     expansion = expand(step, strategy, cluster, cost_model)
     g = expansion.graph
     # The original step on one device, for summary(): its ops' costs, summed.
@@ -739,8 +748,9 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
                     for t in {d.type for d in cluster.devices}}
     out, shards = rewrite_strategy(analysis, strategy,
                                    fetches or [n.name for n in analysis.graph_def.node],
-                                   list(cluster.names), return_shards=True)
-    schedule = _written_step(out, strategy, cluster, cost_model, fetches, unknown_dim)
+                                   list(cluster.names), return_shards=True, step=step)
+    schedule = _written_step(out, strategy, cluster, cost_model, fetches, unknown_dim,
+                             analysis=analysis)
     info = {"analysis": analysis, "strategy": strategy.name, "tasks": g.num_ops,
             "ops": len(step), "nodes": len(analysis.graph_def.node),
             "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
@@ -752,20 +762,36 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     return Placement(out, schedule, cluster, analysis.table, info)
 
 
-def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim=1):
+def _same_nodes(a, b) -> bool:
+    """Whether two GraphDefs have the same nodes (names, op types, inputs) in the same order.
+
+    The order matters: the executor's order breaks ties by it (a whole-op
+    rewrite that lists the same nodes in another order predicts another step).
+    """
+    return len(a.node) == len(b.node) and all(
+        x.name == y.name and x.op == y.op and list(x.input) == list(y.input)
+        for x, y in zip(a.node, b.node))
+
+
+def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim=1, *,
+                  analysis=None):
     """The step of a rewritten GraphDef as placed: a FIFO executor's schedule of its nodes.
 
     Every node of the step is costed by ``cost_model`` on the device the
     rewrite gave it (a node without one runs on the strategy's default
     device); parts scale their op's profiled time (``profile_name``, set by
-    :func:`fddps.tf.read.read_graph_def`).
+    :func:`fddps.tf.read.read_graph_def`). A rewrite that only set devices
+    (a whole-op strategy: the same nodes and edges as ``analysis``'s graph)
+    is read from ``analysis`` rather than analysed again.
     """
     from ..schedule import Schedule
     from ..simulate import executor_order
     from .devices import normalize_device
     from .read import read_graph_def
 
-    graph, _ = read_graph_def(graph_def, cost_model, cluster, unknown_dim=unknown_dim,
+    source = (analysis if analysis is not None and _same_nodes(graph_def, analysis.graph_def)
+              else graph_def)
+    graph, _ = read_graph_def(source, cost_model, cluster, unknown_dim=unknown_dim,
                               fetches=fetches, splits=False)
     node_device = {n.name: n.device for n in graph_def.node}
     default = cluster.device_index(normalize_device(strategy.default_device))
