@@ -27,6 +27,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -105,6 +106,43 @@ def _plot(df, png):
     plt.close(fig)
 
 
+def markdown(df, command, seconds) -> str:
+    """The generated page: the command, the machine, the table of both algorithms per case."""
+    import datetime
+    import os
+    import platform
+
+    cols = ["case", "algorithm", "step_ms", "scheduled_ms", "place_s", "winner",
+            "step_vs_default", "time_vs_default", "skipped", "cut"]
+    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df[cols].iterrows():
+        rows.append("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c])
+                                      for c in cols) + " |")
+    auto = df[df.algorithm == "auto"]
+    return "\n".join([
+        "# `auto` against `place()`'s default",
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared "
+        f"(seconds comparable only as ratios inside one run); {seconds:.0f} s in all.",
+        "",
+        f"`step_ms`: the predicted step of what the placed graph runs; `scheduled_ms`: the "
+        f"default's step in its scheduled order; `place_s`: `place()`'s wall-clock seconds; "
+        f"`winner`: what `auto` returned. {COST_MODEL_NOTE}",
+        "",
+        f"`auto` predicted no slower than the default in {int((auto.step_vs_default <= 1).sum())} "
+        f"of {len(auto)} cases; its seconds {auto.time_vs_default.min():.1f}-"
+        f"{auto.time_vs_default.max():.1f}x the default's (median "
+        f"{auto.time_vs_default.median():.1f}x).",
+        "",
+        *rows,
+        "",
+        "![auto against the default](auto_default.png)",
+        "",
+    ])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS))
@@ -122,12 +160,16 @@ def main(argv=None):
     batch, devices, budget, quickstart = args.batch, args.devices, args.budget, not args.no_quickstart
     if args.quick:
         models, batch, devices, budget, quickstart = ["vgg16"], 2, 2, 5.0, False
+    start = time.perf_counter()
     df = run(models, batch, devices, budget, quickstart)
     said = "its own budget" if budget is None else f"{budget:g} s"
     print(f"fddps.place: default ({DEFAULT}) vs auto ({said}), batch {batch}, CIFAR-10 "
           f"size, {devices} simulated P100s. {COST_MODEL_NOTE}")
     print(df.round(3).to_string(index=False))
-    save_csv_and_plot(df, args.out, _plot)
+    out = save_csv_and_plot(df, args.out, _plot)
+    command = " ".join(["python -m experiments.auto_default",
+                        *(argv if argv is not None else sys.argv[1:])])
+    out.with_suffix(".md").write_text(markdown(df, command, time.perf_counter() - start))
     return df
 
 

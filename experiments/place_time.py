@@ -130,7 +130,7 @@ def quickstart_row(rounds, progress=print) -> dict:
 def plot(df: pd.DataFrame, path) -> Path:
     """Stacked stages of ``place()`` beside the import, per case (log seconds)."""
     plt = matplotlib_agg()
-    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + 1.6))
+    fig, ax = plt.subplots(figsize=(11, 0.55 * len(df) + 1.6))
     y = range(len(df))
     left = [0.0] * len(df)
     colors = {"trace_s": "#bbbbbb", "read_s": "#4c72b0", "decide_s": "#dd8452",
@@ -149,9 +149,10 @@ def plot(df: pd.DataFrame, path) -> Path:
     ax.set_yticks(list(y))
     ax.set_yticklabels(df["case"])
     ax.invert_yaxis()
+    ax.set_xlim(0, 1.12 * max(df["place_s"].max(), df["import_s"].max()))
     ax.set_xlabel("seconds (median of the rounds)")
     ax.set_title("place() by stage vs TensorFlow's import of the same GraphDef")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     ensure_parent(path)
     fig.savefig(path, dpi=110)

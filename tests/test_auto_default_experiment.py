@@ -11,6 +11,7 @@ def test_auto_default_quick_mode_compares_both_algorithms(tmp_path):
 
     df = auto_default.main(["--quick", "--out", str(tmp_path / "a.csv")])
     assert (tmp_path / "a.csv").exists() and (tmp_path / "a.png").exists()
+    assert "python -m experiments.auto_default --quick" in (tmp_path / "a.md").read_text()
     assert list(df["algorithm"]) == [auto_default.DEFAULT, "auto"]
     assert (df["step_ms"] > 0).all() and (df["place_s"] > 0).all()
     auto = df[df.algorithm == "auto"].iloc[0]
