@@ -53,7 +53,7 @@ def place_both(graph_def, devices, fetches, cost_model, budget) -> list:
         found = p.info.get("search_info", {})
         rows.append(dict(algorithm=algorithm, step_ms=p.executor_makespan * 1e3,
                          scheduled_ms=p.makespan * 1e3, place_s=seconds,
-                         winner=found.get("winner", ""),
+                         winner=p.info.get("search", "") if found else "",
                          skipped=",".join(found.get("skipped", {})),
                          cut=",".join(found.get("cut", []))))
     return rows
@@ -129,7 +129,8 @@ def markdown(df, command, seconds) -> str:
         "",
         f"`step_ms`: the predicted step of what the placed graph runs; `scheduled_ms`: the "
         f"default's step in its scheduled order; `place_s`: `place()`'s wall-clock seconds; "
-        f"`winner`: what `auto` returned. {COST_MODEL_NOTE}",
+        f"`winner`: what `auto` returned (a search, a baseline, or `fddps (place's "
+        f"default)`: the default algorithm's own placement). {COST_MODEL_NOTE}",
         "",
         f"`auto` predicted no slower than the default in {int((auto.step_vs_default <= 1).sum())} "
         f"of {len(auto)} cases; its seconds {auto.time_vs_default.min():.1f}-"
