@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 #: ``fddps bench NAME`` -> module in ``experiments/`` (each has ``main(argv)``): every
-#: experiment of the README's table, and the others with a ``main``. ``NAME`` may
+#: experiment of the docs' results index (docs/results/index.md), and the others with a ``main``. ``NAME`` may
 #: also be spelled as the module (``search_time``).
 BENCHMARKS = {
     "stg": "experiments.stg_quality",
@@ -42,6 +42,10 @@ BENCHMARKS = {
     "strategy-equality": "experiments.strategy_equality",
     "tofu": "experiments.tofu",
     "transfer-overlap": "experiments.transfer_overlap",
+    "pase": "experiments.pase",
+    "flexflow": "experiments.flexflow",
+    "place-time": "experiments.place_time",
+    "place-hashes": "experiments.place_hashes",
 }
 
 #: ``slim_models.ALL_MODELS``, for ``--model``'s help without importing TensorFlow

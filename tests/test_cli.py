@@ -132,8 +132,8 @@ def test_model_help_lists_the_models_and_bench_has_the_readme_experiments():
     assert cli.MODEL_NAMES == tuple(slim_models.ALL_MODELS)
     place = cli.build_parser()._subparsers._group_actions[0].choices["place"]
     assert all(name in place.format_help() for name in slim_models.ALL_MODELS)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme[readme.index("| name | what |"):].split("\n\n")[0]
+    index = (Path(__file__).resolve().parents[1] / "docs" / "results" / "index.md").read_text()
+    table = index[index.index("| name | what |"):].split("\n\n")[0]
     names = re.findall(r"^\| `(\w+)`", table, flags=re.M)
     assert len(names) >= 18
     modules = set(cli.BENCHMARKS.values())
