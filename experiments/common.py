@@ -465,3 +465,54 @@ def graph_table(models) -> pd.DataFrame:
                          kernels_unchecked=",".join(mg.info.get("kernels_unchecked", []))))
     return pd.DataFrame(rows)
 
+
+
+def markdown_table(df: pd.DataFrame, floats: str = "{:.4g}") -> str:
+    """``df`` as a Markdown table (floats with ``floats``, NaN as empty), for generated pages."""
+    def cell(v):
+        if isinstance(v, float):
+            return "" if v != v else floats.format(v)
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def write_results_page(csv_path, title: str, what: str, df: pd.DataFrame | None = None,
+                       command: str | None = None, seconds: float | None = None) -> Path:
+    """Write the generated page ``<csv_path>.md`` of an experiment from its CSV.
+
+    The page says the command, the date and machine, what was measured
+    (``what``), and the table (``df``, default: the CSV itself). The docs
+    include it where a page has ``<!-- generated-results: NAME -->``.
+    Returns the page's path.
+    """
+    import datetime
+    import platform
+    import sys
+
+    csv_path = Path(csv_path)
+    if df is None:
+        df = pd.read_csv(csv_path)
+    if command is None:
+        module = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "?"
+        command = " ".join([f"python -m experiments.{module}", *sys.argv[1:]])
+    took = f"; {seconds:.0f} s in all" if seconds is not None else ""
+    text = "\n".join([
+        f"# {title}",
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with "
+        f"other jobs{took}. Generated from `{csv_path.name}`.",
+        "",
+        what,
+        "",
+        markdown_table(df),
+        "",
+    ])
+    out = csv_path.with_suffix(".md")
+    out.write_text(text)
+    return out

@@ -199,8 +199,19 @@ def main(argv=None):
           "cross_host_MB = bytes the schedule sends between hosts.")
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(summary(results).to_string(index=False))
-    common.save_csv_and_plot(results, args.out, plot)
+    out = common.save_csv_and_plot(results, args.out, plot)
+    write_page(out, results, wall)
     return results
+
+
+def write_page(out, results, seconds=None):
+    """The generated page ``fig4.md``: the summary table as printed."""
+    return common.write_results_page(
+        out, "Figure 4 on the current presets",
+        "Two hosts of four simulated P100s (PCIe 3 inside a host; one shared network interface "
+        "per host unless --no-nic). Speedup = (FastT - X) / FastT, the paper's measure; "
+        "x_single = one GPU's time / X; cross_host_MB = bytes the schedule sends between hosts. "
+        + common.COST_MODEL_NOTE, summary(results), seconds=seconds)
 
 
 if __name__ == "__main__":

@@ -388,8 +388,20 @@ def main(argv=None):
     graphs.to_csv(out.with_name(out.stem + "_graphs.csv"), index=False)
     png = out.with_suffix(".png")
     plot(results, png, args.algorithms)
-    print(f"results: {out}, {out.with_name(out.stem + '_graphs.csv')}, {png}")
+    write_page(out, results, args.algorithms, wall)
+    print(f"results: {out}, {out.with_name(out.stem + '_graphs.csv')}, {png}, "
+          f"{out.with_suffix('.md')}")
     return results
+
+
+def write_page(out, results, algorithms, seconds=None):
+    """The generated page ``table5.md``: the summary table (ms) as printed."""
+    return common.write_results_page(
+        out, "Table 5 on the current presets",
+        "Step time in ms of the six networks on 2, 4 and 8 simulated P100s (the paper's "
+        "batches, CIFAR-10 size); FD = FD-DPS with our refinement pass, FDp = FD-DPS(paper) = "
+        "fddps:improve=False; speedup = (base - FD) / base; x1 = one GPU's time / FD-DPS's. "
+        + COST_MODEL_NOTE, summary(results, list(algorithms)), seconds=seconds)
 
 
 if __name__ == "__main__":

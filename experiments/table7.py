@@ -339,8 +339,18 @@ def main(argv=None):
     if not args.no_plot:
         plot(results, f"{stem}.png")
         written.append(f"{stem}.png")
+    written.append(str(write_page(out, results, wall)))
     print("\nWrote " + ", ".join(written))
     return results, splits, table6
+
+
+def write_page(out, results, seconds=None):
+    """The generated page ``table7.md``: the summary table as printed."""
+    return common.write_results_page(
+        out, "Table 7 on the current presets",
+        "Step time in ms (ours) and s (paper); Speed = (D-DPS(-F) - FD-DPS) / D-DPS(-F); "
+        "'paper alg.' = without our refinement pass. " + COST_MODEL_NOTE, summary(results),
+        seconds=seconds)
 
 
 if __name__ == "__main__":
