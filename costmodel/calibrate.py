@@ -11,9 +11,10 @@ measures that here:
 1. **Time** a fixed list of ops (:data:`CPU_CALIBRATION_OPS`: MatMul, Conv2D
    and its two gradients, element-wise ops, pooling, reductions, softmax and
    its cross-entropy, each at small to large sizes) with TensorFlow on this
-   process's CPU device, each op alone with every core, dispatch included
-   (:func:`fddps.tf.op_timing.time_ops`), in interleaved rounds for
-   ``seconds`` (default 30).
+   process's CPU device, each op alone with every core, dispatch included, its
+   time the geometric mean of a warm-cache and a cold-cache measurement (a
+   step's ops read both kinds of input; :func:`fddps.tf.op_timing.time_ops`),
+   in interleaved rounds for ``seconds`` (default 30).
 2. **Fit** (:func:`fit_cpu_preset`, numpy only):
 
    - ``overhead``: the median time of the tiny ops (at most 4 KB moved,

@@ -124,6 +124,9 @@ def test_calibrate_cpu_times_ops_writes_the_cache_and_reads_it_back(cache, tmp_p
     measured = pd.DataFrame(meta["measured"])
     assert list(measured.label) == [label for label, _, _ in FEW_OPS]
     assert (measured.seconds > 0).all() and (measured["rounds"] >= 3).all()
+    # The time fitted is the geometric mean of the warm and the cold one (cold >= warm).
+    assert (measured.cold_seconds >= measured.warm_seconds).all()
+    assert np.allclose(measured.seconds, np.sqrt(measured.warm_seconds * measured.cold_seconds))
     assert (measured.chain >= 2).all()
     # FLOPs and bytes as place() counts them: 2mnk for a MatMul.
     assert measured.flops[measured.label == "mm large"].item() == 2 * 256 ** 3

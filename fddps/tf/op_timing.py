@@ -2,22 +2,33 @@
 
 :func:`time_ops` is what ``costmodel.calibrate_cpu`` (``fddps calibrate``)
 measures: for each op spec (an op type and its shapes, see
-``costmodel.calibrate.CPU_CALIBRATION_OPS``) it builds, in one graph, a chain
-of ``K`` copies of the op, each reading the same inputs (variables read once)
-and each ordered after the previous one by a control edge, so that the copies
-run one after the other, each alone on the device with every intra-op thread,
-as the scheduler's device model runs a step's ops. Running the chain's first
-copy alone and its first ``K`` copies (prefixes of one chain: ``Session.run``
-runs only the targets' ancestors) and taking the difference cancels what a
-``Session.run`` costs by itself; what is left, divided by ``K - 1``, is one op's
-time *including* the executor's dispatch of it, which a step pays too.
+``costmodel.calibrate.CPU_CALIBRATION_OPS``) it builds, in a graph of its own,
+a chain of ``K`` copies of the op, each reading the same inputs (variables read
+once) and each ordered after the previous one by a control edge, so that the
+copies run one after the other, each alone on the device with every intra-op
+thread, as the scheduler's device model runs a step's ops. Two times per op:
 
-Grappler is off in the timing session (it would merge the identical copies);
+- **warm**: running the chain's first ``K`` copies and its first copy alone
+  (prefixes of one chain: ``Session.run`` runs only the targets' ancestors),
+  the difference over ``K - 1``: one op whose inputs the copy before it has
+  just read, the executor's dispatch included;
+- **cold**: the first copy alone minus an empty run of the same session: one op
+  whose inputs were last touched a round earlier, all the other specs' data
+  streamed through the caches since.
+
+A training step's ops read some inputs just written (warm) and some written
+long before (a backward op reads the forward pass's activations): measured on
+the README's quick start, its element-wise ops took 1.3-2x their warm time
+and half their cold time in the step, and its convolutions about their warm
+time. Each op's time (``seconds``) is the geometric mean of the two (the cold
+time floored at the warm one).
+
+Grappler is off in the timing sessions (it would merge the identical copies);
 TensorFlow's oneDNN kernels are picked by its graph rewrite passes as in a
-step. The specs are timed in rounds, one run of each spec per round in a
-rotating order, until the time budget is spent (at least ``min_rounds``), so
-that a burst of load on a shared machine hits every spec alike; each spec's
-time is the median over rounds.
+step. The specs are timed in rounds, one of each per round in a rotating
+order, until the time budget is spent (at least ``min_rounds``), so that a burst
+of load on a shared machine hits every spec alike; each time is the median
+over rounds.
 
 FLOPs and bytes come from :func:`fddps.tf.op_table` on the same graph, as
 ``place()`` counts them, so an efficiency fitted from them predicts the ops of
@@ -209,9 +220,10 @@ def time_ops(specs, *, seconds: float = 30.0, chain_seconds: float = 0.003, max_
     pandas.DataFrame
         One row per spec: ``label``, ``op_type``, ``flops``, ``input_bytes``,
         ``output_bytes`` (of one copy, from :func:`fddps.tf.op_table`),
-        ``seconds`` (one op, dispatch included: median over rounds of the
-        chain difference / (K - 1), at least 1 ns), ``chain`` (K), ``rounds``,
-        ``spread`` (interquartile range of the per-round estimates over their median).
+        ``warm_seconds`` and ``cold_seconds`` (see the module notes; medians
+        over rounds, at least 1 ns), ``seconds`` (their geometric mean, the cold
+        time floored at the warm one), ``chain`` (K), ``rounds``, ``spread``
+        (interquartile range of the per-round warm estimates over their median).
 
     Raises
     ------
@@ -248,22 +260,29 @@ def time_ops(specs, *, seconds: float = 30.0, chain_seconds: float = 0.003, max_
             c.run(len(c.copies))
         say(f"built and warmed up {len(specs)} ops in {time.perf_counter() - t_start:.1f} s; "
             "timing them in rounds")
-        samples = [[] for _ in specs]
+        warm = [[] for _ in specs]
+        cold = [[] for _ in specs]
         rounds = 0
         while rounds < min_rounds or time.perf_counter() - t_start < seconds:
             for i in np.roll(np.arange(len(specs)), -rounds).tolist():
                 c = chains[i]
                 k = len(c.copies)
-                samples[i].append((c.run(k) - c.run(1)) / (k - 1))
+                empty = c.run(0)
+                one = c.run(1)  # first: its inputs are as cold as a round leaves them
+                warm[i].append((c.run(k) - c.run(1)) / (k - 1))
+                cold[i].append(one - empty)
             rounds += 1
     finally:
         for c in chains:
             c.close()
-    for row, c, s in zip(rows, chains, samples):
-        s = np.asarray(s)
-        med = float(np.median(s))
-        q1, q3 = np.quantile(s, [0.25, 0.75])
-        row.update(seconds=max(med, 1e-9), chain=len(c.copies), rounds=len(s),
-                   spread=float((q3 - q1) / med) if med > 0 else np.nan)
+    for row, c, w, cd in zip(rows, chains, warm, cold):
+        w = np.asarray(w)
+        med = max(float(np.median(w)), 1e-9)
+        q1, q3 = np.quantile(w, [0.25, 0.75])
+        cold_med = max(float(np.median(cd)), med)
+        row.update(seconds=float(np.sqrt(med * cold_med)), warm_seconds=med,
+                   cold_seconds=cold_med, chain=len(c.copies), rounds=len(w),
+                   spread=float((q3 - q1) / med))
     say(f"timed {len(specs)} ops in {rounds} rounds, {time.perf_counter() - t_start:.1f} s in all")
     return pd.DataFrame(rows)
+
