@@ -59,7 +59,8 @@ def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int
     ``predicted_before_ms`` (analytic preset), ``predicted_after_ms`` (calibrated),
     ``measured_ms`` (median placed step), ``ratio_before``, ``ratio_after``
     (predicted / measured), ``within_20pct`` (after), ``load_before`` / ``load_after``
-    (``/proc/loadavg``), ``summary_line`` (what ``summary()`` said of the CPU preset).
+    (``/proc/loadavg``), ``summary_line`` (what ``summary()`` said of the CPU preset),
+    ``after_<op class>_ms`` (the calibrated prediction's op times by op class).
     Also returns facts: the curves of the last calibration and the predicted step by
     op class before and after."""
     tf_quiet()
@@ -127,6 +128,8 @@ def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int
                 row["ratio_before"] = row["predicted_before_ms"] / row["measured_ms"]
                 row["ratio_after"] = row["predicted_after_ms"] / row["measured_ms"]
                 row["within_20pct"] = bool(abs(row["ratio_after"] - 1) <= 0.2)
+                for cls, ms in by_class(after).items():  # where the calibrated step goes
+                    row[f"after_{cls}_ms"] = ms
                 progress(f"repeat {r + 1}: predicted {row['predicted_before_ms']:.2f} ms "
                          f"(analytic) -> {row['predicted_after_ms']:.2f} ms (calibrated); "
                          f"measured {row['measured_ms']:.2f} ms; load {load0} -> {row['load_after']}")
@@ -175,7 +178,7 @@ def write_markdown(df, facts, path, command, seconds_total):
     ]
     for _, r in df.iterrows():
         lines.append(
-            f"| {r.repeat} | {r.calibrate_s:.1f} | {r.predicted_before_ms:.2f} | "
+            f"| {r['repeat']} | {r.calibrate_s:.1f} | {r.predicted_before_ms:.2f} | "
             f"{r.predicted_after_ms:.2f} | {r.measured_ms:.2f} | {r.ratio_before:.2f} | "
             f"{r.ratio_after:.2f} | {'yes' if r.within_20pct else 'no'} | {r.load_before} | "
             f"{r.load_after} |")
@@ -186,11 +189,15 @@ def write_markdown(df, facts, path, command, seconds_total):
     lines += ["", f"`summary()` after calibrating: \"{df.summary_line.iloc[-1]}\"; before: "
                   f"\"{facts.get('before_line')}\".", ""]
     if "before_by_class" in facts:
-        cls = pd.DataFrame({"before ms": facts["before_by_class"],
-                            "after ms": facts["after_by_class"]}).fillna(0.0)
-        lines += ["Predicted step by op class (last repeat):", "",
-                  "| op class | analytic ms | calibrated ms |", "|---|---|---|"]
-        lines += [f"| {c} | {r['before ms']:.3f} | {r['after ms']:.3f} |" for c, r in cls.iterrows()]
+        cols = [c for c in df.columns if c.startswith("after_") and c.endswith("_ms")]
+        names = [c[len("after_"):-len("_ms")] for c in cols]
+        lines += ["Predicted step by op class (ms): the analytic preset, and the calibrated "
+                  "one of each repeat:", "",
+                  "| op class | analytic | " + " | ".join(f"repeat {r}" for r in df.repeat) + " |",
+                  "|---|---|" + "---|" * len(df)]
+        for name, col in zip(names, cols):
+            lines.append(f"| {name} | {facts['before_by_class'].get(name, 0.0):.3f} | "
+                         + " | ".join(f"{v:.3f}" for v in df[col].fillna(0.0)) + " |")
         lines.append("")
     if "curves" in facts:
         lines += [f"Last calibration: overhead {facts['overhead_us']:.3g} us per op, streaming "

@@ -17,11 +17,12 @@ thread, as the scheduler's device model runs a step's ops. Two times per op:
   streamed through the caches since.
 
 A training step's ops read some inputs just written (warm) and some written
-long before (a backward op reads the forward pass's activations): measured on
-the README's quick start, its element-wise ops took 1.3-2x their warm time
-and half their cold time in the step, and its convolutions about their warm
-time. Each op's time (``seconds``) is the geometric mean of the two (the cold
-time floored at the warm one).
+long before (a backward op reads the forward pass's activations): timed in
+turns with the README quick start's CNN step (a v1 session, 15 traced steps,
+machine load ~2.5), its 4 MB element-wise ops (MaxPool, MaxPoolGrad, ReluGrad)
+took 2-5x their warm time and about half their cold time in the step, and its
+convolutions about their warm time (1.0-1.3x). Each op's time (``seconds``)
+is the geometric mean of the two (the cold time floored at the warm one).
 
 Grappler is off in the timing sessions (it would merge the identical copies);
 TensorFlow's oneDNN kernels are picked by its graph rewrite passes as in a
