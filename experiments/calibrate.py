@@ -11,11 +11,14 @@ batch 32, Adam) is placed on one logical CPU device of this process
   cache folder (``FDDPS_CACHE_DIR``), not the user's;
 - **after**: ``place()`` again: it finds the cache (``info["cpu_calibration"]``)
   and predicts the step with the calibrated preset;
-- **measured**: the placed step (``p.train_step(x, y)``) timed: the median of
-  ``--steps`` steps after 3 warm-up steps.
+- **measured**: the placed step (``p.train_step(x, y)``) timed, ``--steps``
+  steps (after 3 warm-ups) right before the calibration and as many right after
+  it; ``measured_ms`` is the median of all of them (``measured_pre_ms`` and
+  ``measured_post_ms`` of each half). A calibration takes 30 s, a measurement
+  half a second: the steps on both sides of it see more of the load it saw.
 
-Each repeat calibrates again and measures again right after, so that the two
-see the same load on a shared machine. ``ratio`` = predicted / measured.
+Each repeat calibrates again and measures again, so that the two see the same
+load on a shared machine. ``ratio`` = predicted / measured.
 
 Usage::
 
@@ -57,7 +60,8 @@ def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int
             progress=print) -> tuple[pd.DataFrame, dict]:
     """One row per repeat: ``repeat``, ``calibrate_s`` (wall time of the calibration),
     ``predicted_before_ms`` (analytic preset), ``predicted_after_ms`` (calibrated),
-    ``measured_ms`` (median placed step), ``ratio_before``, ``ratio_after``
+    ``measured_ms`` (median placed step, over the steps before and after the calibration;
+    ``measured_pre_ms``, ``measured_post_ms``: of each side), ``ratio_before``, ``ratio_after``
     (predicted / measured), ``within_20pct`` (after), ``load_before`` / ``load_after``
     (``/proc/loadavg``), ``summary_line`` (what ``summary()`` said of the CPU preset),
     ``after_<op class>_ms`` (the calibrated prediction's op times by op class).
@@ -95,7 +99,7 @@ def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int
             t = time.perf_counter()
             p.train_step(x, y)
             ts.append(time.perf_counter() - t)
-        return float(np.median(ts))
+        return ts
 
     def by_class(p):
         g = p.schedule.graph
@@ -115,14 +119,18 @@ def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int
             facts["before_line"] = before.info["cpu_preset_note"]
             for r in range(repeats):
                 load0 = _load()
+                pre = time_step(before)  # the same one-device step as `after`'s
                 t0 = time.perf_counter()
                 preset = costmodel.calibrate_cpu(seconds=seconds, progress=progress)
                 took = time.perf_counter() - t0
                 after = place(model)
-                measured = time_step(after)
+                post = time_step(after)
                 row = dict(repeat=r + 1, calibrate_s=took,
                            predicted_before_ms=before.makespan * 1e3,
-                           predicted_after_ms=after.makespan * 1e3, measured_ms=measured * 1e3,
+                           predicted_after_ms=after.makespan * 1e3,
+                           measured_ms=float(np.median(pre + post)) * 1e3,
+                           measured_pre_ms=float(np.median(pre)) * 1e3,
+                           measured_post_ms=float(np.median(post)) * 1e3,
                            load_before=load0, load_after=_load(),
                            summary_line=after.info["cpu_preset_note"])
                 row["ratio_before"] = row["predicted_before_ms"] / row["measured_ms"]
@@ -132,7 +140,8 @@ def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int
                     row[f"after_{cls}_ms"] = ms
                 progress(f"repeat {r + 1}: predicted {row['predicted_before_ms']:.2f} ms "
                          f"(analytic) -> {row['predicted_after_ms']:.2f} ms (calibrated); "
-                         f"measured {row['measured_ms']:.2f} ms; load {load0} -> {row['load_after']}")
+                         f"measured {row['measured_ms']:.2f} ms ({row['measured_pre_ms']:.2f} before, "
+                         f"{row['measured_post_ms']:.2f} after); load {load0} -> {row['load_after']}")
                 rows.append(row)
                 facts["curves"] = describe_curves(preset)
                 facts["overhead_us"] = preset.overhead * 1e6
@@ -146,13 +155,21 @@ def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int
     return pd.DataFrame(rows), facts
 
 
+def _sides(r) -> str:
+    """`` (pre / post)`` medians of a row that has them (rows of earlier runs do not)."""
+    pre, post = r.get("measured_pre_ms"), r.get("measured_post_ms")
+    return f" ({pre:.2f} / {post:.2f})" if pd.notna(pre) and pd.notna(post) else ""
+
+
 def write_markdown(df, facts, path, command, seconds_total):
-    """The results page: command, machine, table and the fitted curves."""
+    """The results page from the CSV's rows (every run in it): command, machine, the
+    table with a median per run and over all, the prediction by op class, and the last
+    calibration's curves."""
     from costmodel.calibrate import cpu_key
 
     key = cpu_key()
-    med = df[["predicted_before_ms", "predicted_after_ms", "measured_ms", "ratio_before",
-              "ratio_after"]].median()
+    cols = ["predicted_before_ms", "predicted_after_ms", "measured_ms", "ratio_before",
+            "ratio_after"]
     lines = [
         "# The CPU preset calibrated on this machine against the quick start's step",
         "",
@@ -160,44 +177,60 @@ def write_markdown(df, facts, path, command, seconds_total):
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: "
         f"{key['cpu_model']}, {key['cores']} cores, TensorFlow {key['tensorflow']}; shared "
         f"with the lead and other helpers running tests and experiments (loaded: the load "
-        f"averages are in the table); {seconds_total:.0f} s in all.",
+        f"averages are in the table); {seconds_total:.0f} s for the last command.",
         "",
         "What it measures: the README's Keras quick start (CNN, batch 32, Adam) placed by "
         "`fddps.place()` with no cost model on one CPU device; its predicted step before "
         "calibration (analytic CPU preset), after `costmodel.calibrate_cpu()` (what `fddps "
         "calibrate` runs; cached in a temporary folder, which `place()` then finds), and the "
-        "placed step measured (median of the steps after 3 warm-ups). Each repeat "
-        "calibrates and measures again. ratio = predicted / measured; the issue asks for "
-        "the calibrated prediction within 20% of the measured step.",
+        "placed step measured (median of `--steps` steps right before the calibration and as "
+        "many right after it, each after 3 warm-ups; `pre`/`post`: each side's median). Each repeat "
+        "calibrates and measures again; `--append` adds a run to the earlier ones. ratio = "
+        "predicted / measured; the issue asks for the calibrated prediction within 20% of "
+        "the measured step.",
         "",
         "There is no paper figure for this: the FD-DPS paper profiles its GPUs.",
         "",
-        "| repeat | calibrate s | predicted before (analytic) ms | predicted after (calibrated) ms "
-        "| measured ms | ratio before | ratio after | within 20% | load before | load after |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run (UTC) | repeat | calibrate s | predicted before (analytic) ms | predicted after "
+        "(calibrated) ms | measured ms (pre / post) | ratio before | ratio after | within 20% "
+        "| load before | load after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for _, r in df.iterrows():
-        lines.append(
-            f"| {r['repeat']} | {r.calibrate_s:.1f} | {r.predicted_before_ms:.2f} | "
-            f"{r.predicted_after_ms:.2f} | {r.measured_ms:.2f} | {r.ratio_before:.2f} | "
-            f"{r.ratio_after:.2f} | {'yes' if r.within_20pct else 'no'} | {r.load_before} | "
-            f"{r.load_after} |")
-    lines.append(
-        f"| median | | {med.predicted_before_ms:.2f} | {med.predicted_after_ms:.2f} | "
-        f"{med.measured_ms:.2f} | {med.ratio_before:.2f} | {med.ratio_after:.2f} | "
-        f"{int(df.within_20pct.sum())} of {len(df)} | | |")
+
+    def median_row(rows, label):
+        med = rows[cols].median()
+        return (f"| {label} | median | | {med.predicted_before_ms:.2f} | "
+                f"{med.predicted_after_ms:.2f} | {med.measured_ms:.2f} | {med.ratio_before:.2f} | "
+                f"{med.ratio_after:.2f} | {int(rows.within_20pct.sum())} of {len(rows)} | | |")
+
+    for run, rows in df.groupby("run", sort=False):
+        for _, r in rows.iterrows():
+            lines.append(
+                f"| {run} | {r['repeat']} | {r.calibrate_s:.1f} | {r.predicted_before_ms:.2f} | "
+                f"{r.predicted_after_ms:.2f} | {r.measured_ms:.2f}{_sides(r)} | {r.ratio_before:.2f} | "
+                f"{r.ratio_after:.2f} | {'yes' if r.within_20pct else 'no'} | {r.load_before} | "
+                f"{r.load_after} |")
+        lines.append(median_row(rows, run))
+    if df["run"].nunique() > 1:
+        lines.append(median_row(df, "all runs"))
+    if "measured_pre_ms" not in df.columns or df["measured_pre_ms"].isna().any():
+        lines += ["", "Rows without (pre / post) come from runs that timed the step after the "
+                      "calibration only (the experiment has since timed both sides)."]
     lines += ["", f"`summary()` after calibrating: \"{df.summary_line.iloc[-1]}\"; before: "
                   f"\"{facts.get('before_line')}\".", ""]
-    if "before_by_class" in facts:
-        cols = [c for c in df.columns if c.startswith("after_") and c.endswith("_ms")]
-        names = [c[len("after_"):-len("_ms")] for c in cols]
-        lines += ["Predicted step by op class (ms): the analytic preset, and the calibrated "
+    by_class = [c for c in df.columns if c.startswith("after_") and c.endswith("_ms")]
+    if by_class:
+        names = [c[len("after_"):-len("_ms")] for c in by_class]
+        lines += ["Predicted step by op class (ms): the analytic preset, then the calibrated "
                   "one of each repeat:", "",
-                  "| op class | analytic | " + " | ".join(f"repeat {r}" for r in df.repeat) + " |",
-                  "|---|---|" + "---|" * len(df)]
-        for name, col in zip(names, cols):
-            lines.append(f"| {name} | {facts['before_by_class'].get(name, 0.0):.3f} | "
-                         + " | ".join(f"{v:.3f}" for v in df[col].fillna(0.0)) + " |")
+                  "| run (UTC) | repeat | " + " | ".join(names) + " |",
+                  "|---|---|" + "---|" * len(names)]
+        if "before_by_class" in facts:
+            lines.append("| analytic | | " + " | ".join(
+                f"{facts['before_by_class'].get(n, 0.0):.3f}" for n in names) + " |")
+        for _, r in df.iterrows():
+            lines.append(f"| {r['run']} | {r['repeat']} | " + " | ".join(
+                f"{r[c]:.3f}" if pd.notna(r[c]) else "" for c in by_class) + " |")
         lines.append("")
     if "curves" in facts:
         lines += [f"Last calibration: overhead {facts['overhead_us']:.3g} us per op, streaming "
@@ -212,10 +245,19 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="calibration budget (default 30)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per measurement (default 30)")
     ap.add_argument("--out", default=str(RESULTS / "calibrate.csv"), help="CSV to write")
+    ap.add_argument("--append", action="store_true",
+                    help="add this run's rows to the CSV's earlier runs (the page shows all)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    run = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     df, facts = measure(args.repeats, args.seconds, args.steps)
+    df.insert(0, "run", run)
     out = ensure_parent(args.out)
+    if args.append and out.exists():
+        earlier = pd.read_csv(out)
+        if "run" not in earlier.columns:  # written before runs were labelled
+            earlier.insert(0, "run", "earlier")
+        df = pd.concat([earlier, df], ignore_index=True)
     df.to_csv(out, index=False)
     md = out.with_suffix(".md")
     command = "python -m experiments.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])

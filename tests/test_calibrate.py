@@ -230,7 +230,7 @@ def test_calibrate_experiment_smoke(cache, tmp_path, monkeypatch, capsys):
     assert experiment.main(["--repeats", "1", "--seconds", "0.3", "--steps", "2",
                             "--out", str(out)]) == 0
     df = pd.read_csv(out)
-    assert len(df) == 1 and (df[["predicted_before_ms", "predicted_after_ms", "measured_ms"]] > 0).all(axis=None)
+    assert len(df) == 1 and df.run.nunique() == 1 and (df[["predicted_before_ms", "predicted_after_ms", "measured_ms"]] > 0).all(axis=None)
     assert df.ratio_after.iloc[0] == pytest.approx(df.predicted_after_ms.iloc[0] / df.measured_ms.iloc[0])
     assert df.summary_line.iloc[0].startswith("CPU preset: calibrated on this machine (")
     md = out.with_suffix(".md").read_text()
