@@ -9,8 +9,9 @@ memory bandwidth, a tiny op costs only its dispatch. :func:`calibrate_cpu`
 measures that here:
 
 1. **Time** a fixed list of ops (:data:`CPU_CALIBRATION_OPS`: MatMul, Conv2D
-   and its two gradients, element-wise ops, pooling, reductions, softmax and
-   its cross-entropy, each at small to large sizes) with TensorFlow on this
+   and its two gradients (3x3 and 1x1), element-wise ops, pooling, batch norm
+   and its gradient, reductions, softmax and its cross-entropy, each at small
+   to large sizes) with TensorFlow on this
    process's CPU device, each op alone with every core, dispatch included, its
    time the geometric mean of a warm-cache and a cold-cache measurement (a
    step's ops read both kinds of input; :func:`fddps.tf.op_timing.time_ops`),
@@ -106,6 +107,9 @@ ACTIVATION_SHAPES = ((1, 4, 4, 16), (4, 16, 16, 16), (16, 32, 32, 16), (32, 32, 
 CONV_SHAPES = ((8, 8, 8, 16, 16), (32, 16, 16, 16, 32), (32, 32, 32, 3, 32),
                (32, 16, 16, 32, 64), (16, 16, 16, 128, 128))
 FIRST_LAYER = (32, 32, 32, 3, 32)
+#: Pointwise (1x1) convolution shapes ``(n, h, w, cin, cout)``: 17 to 268 MFLOP (a
+#: ResNet bottleneck's), whose FLOPs per byte are a ninth of a 3x3's.
+POINTWISE_SHAPES = ((8, 8, 8, 256, 64), (32, 16, 16, 64, 64), (32, 8, 8, 128, 512))
 #: MatMul shapes ``(m, k, n)``: 0.26 MFLOP to 1.1 GFLOP.
 MATMUL_SHAPES = ((32, 64, 64), (128, 256, 256), (256, 512, 512), (512, 1024, 1024))
 #: Softmax and cross-entropy shapes ``[batch, classes]``.
@@ -122,6 +126,9 @@ def _ops() -> tuple:
                 continue
             ops.append((f"{kind} {n}x{h}x{w}x{ci}->{co}", kind,
                         dict(n=n, h=h, w=w, cin=ci, cout=co)))
+        for n, h, w, ci, co in POINTWISE_SHAPES:
+            ops.append((f"{kind} 1x1 {n}x{h}x{w}x{ci}->{co}", kind,
+                        dict(n=n, h=h, w=w, cin=ci, cout=co, k=1)))
     for shape in ACTIVATION_SHAPES:
         dims = "x".join(map(str, shape))
         for kind in ("Relu", "AddV2", "Mul", "BiasAdd", "ReluGrad", "MaxPool", "MaxPoolGrad",
@@ -129,6 +136,9 @@ def _ops() -> tuple:
             ops.append((f"{kind} {dims}", kind, {"shape": list(shape)}))
         ops.append((f"Mean {dims} over HW", "Mean", {"shape": list(shape), "axes": [1, 2]}))
         ops.append((f"Sum {dims} over NHW", "Sum", {"shape": list(shape), "axes": [0, 1, 2]}))
+        if shape[0] > 1:  # batch norm and gradient sums at the 64 KB to 16 MB activations
+            for kind in ("FusedBatchNormV3", "FusedBatchNormGradV3", "AddN"):
+                ops.append((f"{kind} {dims}", kind, {"shape": list(shape)}))
     for b, c in LOGIT_SHAPES:
         for kind in ("Softmax", "SparseSoftmaxCrossEntropyWithLogits"):
             ops.append((f"{kind} {b}x{c}", kind, {"shape": [b, c]}))

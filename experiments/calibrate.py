@@ -20,9 +20,15 @@ batch 32, Adam) is placed on one logical CPU device of this process
 Each repeat calibrates again and measures again, so that the two see the same
 load on a shared machine. ``ratio`` = predicted / measured.
 
+``--graphdefs resnet50 vgg16`` adds ``slim_models`` training GraphDefs (batch 8,
+CIFAR-10 size; the README's GraphDef quick start is ResNet-50 at batch 8) placed
+on ``/device:CPU:0`` and timed in TensorFlow's default session, each with a
+calibration of its own per repeat.
+
 Usage::
 
     python -m experiments.calibrate                      # 3 repeats, 30 s calibrations (~2.5 min)
+    python -m experiments.calibrate --graphdefs resnet50 vgg16 --append   # + GraphDefs
     python -m experiments.calibrate --repeats 1 --seconds 5 --steps 5   # smoke
 
 Writes ``experiments/results/calibrate.csv`` and ``calibrate.md``.
@@ -56,50 +62,110 @@ def _load() -> str:
         return "?"
 
 
-def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int = 32,
-            progress=print) -> tuple[pd.DataFrame, dict]:
-    """One row per repeat: ``repeat``, ``calibrate_s`` (wall time of the calibration),
-    ``predicted_before_ms`` (analytic preset), ``predicted_after_ms`` (calibrated),
-    ``measured_ms`` (median placed step, over the steps before and after the calibration;
-    ``measured_pre_ms``, ``measured_post_ms``: of each side), ``ratio_before``, ``ratio_after``
-    (predicted / measured), ``within_20pct`` (after), ``load_before`` / ``load_after``
-    (``/proc/loadavg``), ``summary_line`` (what ``summary()`` said of the CPU preset),
-    ``after_<op class>_ms`` (the calibrated prediction's op times by op class).
-    Also returns facts: the curves of the last calibration and the predicted step by
-    op class before and after."""
-    tf_quiet()
-    import costmodel
-    import fddps
-    from costmodel.calibrate import describe_curves
-    from fddps.tf import local_cpu_devices
+class _KerasQuickStart:
+    """The README's Keras quick start on one CPU device: placed by ``fddps.place()``,
+    timed through the placed step."""
 
-    from .keras_step import _cnn
+    def __init__(self, batch, steps):
+        import keras
 
-    from fddps.errors import ClusterError
+        from fddps.errors import ClusterError
+        from fddps.tf import local_cpu_devices
 
-    try:  # as the quick start splits the CPU (the one device measured is the same)
-        devices = local_cpu_devices(4)[:1]
-    except ClusterError:  # TensorFlow started already with fewer devices (in the tests)
-        devices = local_cpu_devices(1)
-    import keras
+        from .keras_step import _cnn
 
-    rng = np.random.RandomState(0)
-    x = rng.rand(batch, 32, 32, 3).astype(np.float32)
-    y = rng.randint(0, 10, batch).astype(np.int32)
+        try:  # as the quick start splits the CPU (the one device measured is the same)
+            self.devices = local_cpu_devices(4)[:1]
+        except ClusterError:  # TensorFlow started already with fewer devices (in the tests)
+            self.devices = local_cpu_devices(1)
+        self.keras, self.steps = keras, steps
+        rng = np.random.RandomState(0)
+        self.x = rng.rand(batch, 32, 32, 3).astype(np.float32)
+        self.y = rng.randint(0, 10, batch).astype(np.int32)
+        self.model = _cnn(keras)
+        self.name = f"Keras quick start, batch {batch}"
+        self.placed = None
 
-    def place(model):
-        return fddps.place(model, devices, batch=(x, y), optimizer="adam",
-                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    def place(self):
+        import fddps
 
-    def time_step(p):
+        self.placed = fddps.place(
+            self.model, self.devices, batch=(self.x, self.y), optimizer="adam",
+            loss=self.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return self.placed
+
+    def time(self):
+        """Step times (seconds) of the last placement: ``steps`` after 3 warm-ups."""
         for _ in range(3):
-            p.train_step(x, y)
+            self.placed.train_step(self.x, self.y)
         ts = []
-        for _ in range(steps):
+        for _ in range(self.steps):
             t = time.perf_counter()
-            p.train_step(x, y)
+            self.placed.train_step(self.x, self.y)
             ts.append(time.perf_counter() - t)
         return ts
+
+    def close(self):
+        pass
+
+
+class _SlimGraphDef:
+    """A ``slim_models`` training GraphDef (CIFAR-10 size) on ``/device:CPU:0``, as the
+    README's GraphDef quick start places it (one device), timed in TensorFlow's default
+    session."""
+
+    def __init__(self, name, batch, steps):
+        import slim_models
+        import tensorflow as tf
+
+        m = slim_models.build_training_graph(name, batch_size=batch, image_size=32,
+                                             num_classes=10)
+        self.graph_def, self.steps = m.graph_def, steps
+        self.fetches = [m.train_op.name, m.loss.name]
+        self.name = f"{name} GraphDef, batch {batch}"
+        g = tf.Graph()
+        with g.as_default():
+            tf.compat.v1.import_graph_def(m.graph_def, name="")
+        self.sess = tf.compat.v1.Session(graph=g)
+        self.sess.run(m.init_op.name)
+        self.train = m.train_op.name
+
+    def place(self):
+        import fddps
+
+        return fddps.place(self.graph_def, ["/device:CPU:0"], fetches=self.fetches)
+
+    def time(self):
+        for _ in range(2):
+            self.sess.run(self.train)
+        ts = []
+        for _ in range(self.steps):
+            t = time.perf_counter()
+            self.sess.run(self.train)
+            ts.append(time.perf_counter() - t)
+        return ts
+
+    def close(self):
+        self.sess.close()
+
+
+def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int = 32,
+            graphdefs=(), graphdef_batch: int = 8, graphdef_steps: int = 8,
+            progress=print) -> tuple[pd.DataFrame, dict]:
+    """One row per repeat and workload (the Keras quick start, then each of ``graphdefs``,
+    ``slim_models`` names): ``workload``, ``repeat``, ``calibrate_s`` (wall time of the
+    calibration), ``predicted_before_ms`` (analytic preset), ``predicted_after_ms``
+    (calibrated), ``measured_ms`` (median step, over the steps before and after the
+    calibration; ``measured_pre_ms``, ``measured_post_ms``: of each side), ``ratio_before``,
+    ``ratio_after`` (predicted / measured), ``within_20pct`` (after), ``load_before`` /
+    ``load_after`` (``/proc/loadavg``), ``summary_line`` (what ``summary()`` said of the
+    CPU preset), ``after_<op class>_ms`` (the calibrated prediction's op times by op class).
+    Each workload of each repeat gets a calibration of its own. Also returns facts: the
+    curves of the last calibration, the analytic prediction of the quick start by op
+    class, and what ``summary()`` said before calibrating."""
+    tf_quiet()
+    import costmodel
+    from costmodel.calibrate import describe_curves
 
     def by_class(p):
         g = p.schedule.graph
@@ -111,48 +177,61 @@ def measure(repeats: int = 3, seconds: float = 30.0, steps: int = 30, batch: int
     rows, facts = [], {}
     with tempfile.TemporaryDirectory(prefix="fddps-calibrate-") as cache:
         os.environ["FDDPS_CACHE_DIR"] = cache
+        work = [_KerasQuickStart(batch, steps)]
         try:
-            model = _cnn(keras)
-            before = place(model)
-            assert before.info["cpu_calibration"] is None
-            facts["before_by_class"] = by_class(before)
-            facts["before_line"] = before.info["cpu_preset_note"]
+            work += [_SlimGraphDef(name, graphdef_batch, graphdef_steps) for name in graphdefs]
+            analytic = {}
+            for w in work:  # no calibration cached yet: the analytic preset
+                p = w.place()
+                assert p.info["cpu_calibration"] is None
+                analytic[w.name] = p.makespan
+                if w is work[0]:
+                    facts["before_by_class"] = by_class(p)
+                    facts["before_line"] = p.info["cpu_preset_note"]
             for r in range(repeats):
-                load0 = _load()
-                pre = time_step(before)  # the same one-device step as `after`'s
-                t0 = time.perf_counter()
-                preset = costmodel.calibrate_cpu(seconds=seconds, progress=progress)
-                took = time.perf_counter() - t0
-                after = place(model)
-                post = time_step(after)
-                row = dict(repeat=r + 1, calibrate_s=took,
-                           predicted_before_ms=before.makespan * 1e3,
-                           predicted_after_ms=after.makespan * 1e3,
-                           measured_ms=float(np.median(pre + post)) * 1e3,
-                           measured_pre_ms=float(np.median(pre)) * 1e3,
-                           measured_post_ms=float(np.median(post)) * 1e3,
-                           load_before=load0, load_after=_load(),
-                           summary_line=after.info["cpu_preset_note"])
-                row["ratio_before"] = row["predicted_before_ms"] / row["measured_ms"]
-                row["ratio_after"] = row["predicted_after_ms"] / row["measured_ms"]
-                row["within_20pct"] = bool(abs(row["ratio_after"] - 1) <= 0.2)
-                for cls, ms in by_class(after).items():  # where the calibrated step goes
-                    row[f"after_{cls}_ms"] = ms
-                progress(f"repeat {r + 1}: predicted {row['predicted_before_ms']:.2f} ms "
-                         f"(analytic) -> {row['predicted_after_ms']:.2f} ms (calibrated); "
-                         f"measured {row['measured_ms']:.2f} ms ({row['measured_pre_ms']:.2f} before, "
-                         f"{row['measured_post_ms']:.2f} after); load {load0} -> {row['load_after']}")
-                rows.append(row)
-                facts["curves"] = describe_curves(preset)
-                facts["overhead_us"] = preset.overhead * 1e6
-                facts["bandwidth_gbs"] = preset.memory_bandwidth / 1e9
-                facts["after_by_class"] = by_class(after)
+                for w in work:
+                    load0 = _load()
+                    pre = w.time()  # the same one-device step as after calibrating
+                    t0 = time.perf_counter()
+                    preset = costmodel.calibrate_cpu(seconds=seconds, progress=progress)
+                    took = time.perf_counter() - t0
+                    after = w.place()
+                    post = w.time()
+                    row = dict(workload=w.name, repeat=r + 1, calibrate_s=took,
+                               predicted_before_ms=analytic[w.name] * 1e3,
+                               predicted_after_ms=after.makespan * 1e3,
+                               measured_ms=float(np.median(pre + post)) * 1e3,
+                               measured_pre_ms=float(np.median(pre)) * 1e3,
+                               measured_post_ms=float(np.median(post)) * 1e3,
+                               load_before=load0, load_after=_load(),
+                               summary_line=after.info["cpu_preset_note"])
+                    row["ratio_before"] = row["predicted_before_ms"] / row["measured_ms"]
+                    row["ratio_after"] = row["predicted_after_ms"] / row["measured_ms"]
+                    row["within_20pct"] = bool(abs(row["ratio_after"] - 1) <= 0.2)
+                    for cls, ms in by_class(after).items():  # where the calibrated step goes
+                        row[f"after_{cls}_ms"] = ms
+                    progress(f"{w.name}, repeat {r + 1}: predicted "
+                             f"{row['predicted_before_ms']:.2f} ms (analytic) -> "
+                             f"{row['predicted_after_ms']:.2f} ms (calibrated); measured "
+                             f"{row['measured_ms']:.2f} ms ({row['measured_pre_ms']:.2f} before, "
+                             f"{row['measured_post_ms']:.2f} after); load {load0} -> "
+                             f"{row['load_after']}")
+                    rows.append(row)
+                    facts["curves"] = describe_curves(preset)
+                    facts["overhead_us"] = preset.overhead * 1e6
+                    facts["bandwidth_gbs"] = preset.memory_bandwidth / 1e9
         finally:
+            for w in work:
+                w.close()
             if old is None:
                 os.environ.pop("FDDPS_CACHE_DIR", None)
             else:
                 os.environ["FDDPS_CACHE_DIR"] = old
     return pd.DataFrame(rows), facts
+
+
+#: The workload of the rows of runs before workloads were labelled.
+QUICK_START = "Keras quick start, batch 32"
 
 
 def _sides(r) -> str:
@@ -191,28 +270,32 @@ def write_markdown(df, facts, path, command, seconds_total):
         "",
         "There is no paper figure for this: the FD-DPS paper profiles its GPUs.",
         "",
-        "| run (UTC) | repeat | calibrate s | predicted before (analytic) ms | predicted after "
-        "(calibrated) ms | measured ms (pre / post) | ratio before | ratio after | within 20% "
-        "| load before | load after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run (UTC) | workload | repeat | calibrate s | predicted before (analytic) ms | "
+        "predicted after (calibrated) ms | measured ms (pre / post) | ratio before | ratio after "
+        "| within 20% | load before | load after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
-    def median_row(rows, label):
+    def median_row(rows, run, workload):
         med = rows[cols].median()
-        return (f"| {label} | median | | {med.predicted_before_ms:.2f} | "
+        return (f"| {run} | {workload} | median | | {med.predicted_before_ms:.2f} | "
                 f"{med.predicted_after_ms:.2f} | {med.measured_ms:.2f} | {med.ratio_before:.2f} | "
                 f"{med.ratio_after:.2f} | {int(rows.within_20pct.sum())} of {len(rows)} | | |")
 
-    for run, rows in df.groupby("run", sort=False):
+    if "workload" not in df.columns:
+        df = df.assign(workload=QUICK_START)
+    df = df.assign(workload=df["workload"].fillna(QUICK_START))
+    for (run, workload), rows in df.groupby(["run", "workload"], sort=False):
         for _, r in rows.iterrows():
             lines.append(
-                f"| {run} | {r['repeat']} | {r.calibrate_s:.1f} | {r.predicted_before_ms:.2f} | "
-                f"{r.predicted_after_ms:.2f} | {r.measured_ms:.2f}{_sides(r)} | {r.ratio_before:.2f} | "
-                f"{r.ratio_after:.2f} | {'yes' if r.within_20pct else 'no'} | {r.load_before} | "
-                f"{r.load_after} |")
-        lines.append(median_row(rows, run))
-    if df["run"].nunique() > 1:
-        lines.append(median_row(df, "all runs"))
+                f"| {run} | {workload} | {r['repeat']} | {r.calibrate_s:.1f} | "
+                f"{r.predicted_before_ms:.2f} | {r.predicted_after_ms:.2f} | "
+                f"{r.measured_ms:.2f}{_sides(r)} | {r.ratio_before:.2f} | {r.ratio_after:.2f} | "
+                f"{'yes' if r.within_20pct else 'no'} | {r.load_before} | {r.load_after} |")
+        lines.append(median_row(rows, run, workload))
+    for workload, rows in df.groupby("workload", sort=False):
+        if rows["run"].nunique() > 1:
+            lines.append(median_row(rows, "all runs", workload))
     if "measured_pre_ms" not in df.columns or df["measured_pre_ms"].isna().any():
         lines += ["", "Rows without (pre / post) come from runs that timed the step after the "
                       "calibration only (the experiment has since timed both sides)."]
@@ -221,15 +304,15 @@ def write_markdown(df, facts, path, command, seconds_total):
     by_class = [c for c in df.columns if c.startswith("after_") and c.endswith("_ms")]
     if by_class:
         names = [c[len("after_"):-len("_ms")] for c in by_class]
-        lines += ["Predicted step by op class (ms): the analytic preset, then the calibrated "
-                  "one of each repeat:", "",
-                  "| run (UTC) | repeat | " + " | ".join(names) + " |",
-                  "|---|---|" + "---|" * len(names)]
+        lines += ["Predicted step by op class (ms): the analytic preset (of the quick start), "
+                  "then the calibrated one of each repeat:", "",
+                  "| run (UTC) | workload | repeat | " + " | ".join(names) + " |",
+                  "|---|---|---|" + "---|" * len(names)]
         if "before_by_class" in facts:
-            lines.append("| analytic | | " + " | ".join(
+            lines.append(f"| analytic | {QUICK_START} | | " + " | ".join(
                 f"{facts['before_by_class'].get(n, 0.0):.3f}" for n in names) + " |")
         for _, r in df.iterrows():
-            lines.append(f"| {r['run']} | {r['repeat']} | " + " | ".join(
+            lines.append(f"| {r['run']} | {r['workload']} | {r['repeat']} | " + " | ".join(
                 f"{r[c]:.3f}" if pd.notna(r[c]) else "" for c in by_class) + " |")
         lines.append("")
     if "curves" in facts:
@@ -245,18 +328,27 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="calibration budget (default 30)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per measurement (default 30)")
     ap.add_argument("--out", default=str(RESULTS / "calibrate.csv"), help="CSV to write")
+    ap.add_argument("--graphdefs", nargs="*", default=[], metavar="MODEL",
+                    help="also slim_models training GraphDefs (e.g. resnet50 vgg16), one CPU "
+                         "device, default session")
+    ap.add_argument("--graphdef-batch", type=int, default=8, help="their batch (default 8)")
+    ap.add_argument("--graphdef-steps", type=int, default=8,
+                    help="their timed steps on each side of a calibration (default 8)")
     ap.add_argument("--append", action="store_true",
                     help="add this run's rows to the CSV's earlier runs (the page shows all)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     run = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    df, facts = measure(args.repeats, args.seconds, args.steps)
+    df, facts = measure(args.repeats, args.seconds, args.steps, graphdefs=args.graphdefs,
+                        graphdef_batch=args.graphdef_batch, graphdef_steps=args.graphdef_steps)
     df.insert(0, "run", run)
     out = ensure_parent(args.out)
     if args.append and out.exists():
         earlier = pd.read_csv(out)
         if "run" not in earlier.columns:  # written before runs were labelled
             earlier.insert(0, "run", "earlier")
+        if "workload" not in earlier.columns:  # written when the quick start was all
+            earlier.insert(1, "workload", QUICK_START)
         df = pd.concat([earlier, df], ignore_index=True)
     df.to_csv(out, index=False)
     md = out.with_suffix(".md")

@@ -228,11 +228,14 @@ def test_calibrate_experiment_smoke(cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(calibrate, "CPU_CALIBRATION_OPS", FEW_OPS)
     out = tmp_path / "calibrate.csv"
     assert experiment.main(["--repeats", "1", "--seconds", "0.3", "--steps", "2",
-                            "--out", str(out)]) == 0
+                            "--graphdefs", "vgg16", "--graphdef-batch", "1",
+                            "--graphdef-steps", "1", "--out", str(out)]) == 0
     df = pd.read_csv(out)
-    assert len(df) == 1 and df.run.nunique() == 1 and (df[["predicted_before_ms", "predicted_after_ms", "measured_ms"]] > 0).all(axis=None)
-    assert df.ratio_after.iloc[0] == pytest.approx(df.predicted_after_ms.iloc[0] / df.measured_ms.iloc[0])
-    assert df.summary_line.iloc[0].startswith("CPU preset: calibrated on this machine (")
+    assert list(df.workload) == ["Keras quick start, batch 32", "vgg16 GraphDef, batch 1"]
+    assert df.run.nunique() == 1
+    assert (df[["predicted_before_ms", "predicted_after_ms", "measured_ms"]] > 0).all(axis=None)
+    assert np.allclose(df.ratio_after, df.predicted_after_ms / df.measured_ms)
+    assert df.summary_line.str.startswith("CPU preset: calibrated on this machine (").all()
     md = out.with_suffix(".md").read_text()
     assert "python -m experiments.calibrate --repeats 1" in md and "| median |" in md
     # The experiment's temporary cache is gone, and the test's own was never written.

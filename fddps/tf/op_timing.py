@@ -79,6 +79,12 @@ def _shapes(op_type: str, p: dict) -> tuple[list, dict]:
         return [("x", shape, f32), ("dy", [n, h // 2, w // 2, c], f32)], {}
     if op_type == "SparseSoftmaxCrossEntropyWithLogits":
         return [("logits", shape, f32), ("labels", [shape[0]], "int32")], {"classes": shape[1]}
+    if op_type == "AddN":
+        return [("x", shape, f32), ("y", shape, f32)], {}
+    if op_type in ("FusedBatchNormV3", "FusedBatchNormGradV3"):
+        c = [shape[-1]]
+        ins = [("x", shape, f32), ("scale", c, f32), ("offset", c, f32)]
+        return ins + ([("dy", shape, f32)] if op_type == "FusedBatchNormGradV3" else []), {}
     raise FddpsError(f"op_timing has no builder for op type {op_type!r}")
 
 
@@ -91,6 +97,13 @@ def _derived(tf, op_type: str, ins: dict) -> None:
     without one TensorFlow runs a kernel many times slower than a step's)."""
     if op_type == "MaxPoolGrad":
         ins["y"] = tf.raw_ops.MaxPool(input=ins["x"], **_POOL)
+    if op_type in ("FusedBatchNormV3", "FusedBatchNormGradV3"):
+        empty = tf.constant([], tf.float32)  # training: no running mean or variance read
+        ins["mean"], ins["variance"] = empty, empty
+    if op_type == "FusedBatchNormGradV3":  # the batch statistics its forward op saved
+        fwd = tf.raw_ops.FusedBatchNormV3(x=ins["x"], scale=ins["scale"], offset=ins["offset"],
+                                          mean=empty, variance=empty, is_training=True)
+        ins["r1"], ins["r2"], ins["r3"] = fwd.reserve_space_1, fwd.reserve_space_2, fwd.reserve_space_3
 
 
 def _build(tf, op_type: str, ins: dict, consts: dict):
@@ -128,6 +141,16 @@ def _build(tf, op_type: str, ins: dict, consts: dict):
     if op_type == "SparseSoftmaxCrossEntropyWithLogits":
         return raw.SparseSoftmaxCrossEntropyWithLogits(features=ins["logits"],
                                                        labels=ins["labels"]).loss.op
+    if op_type == "AddN":
+        return raw.AddN(inputs=[ins["x"], ins["y"]]).op
+    if op_type == "FusedBatchNormV3":
+        return raw.FusedBatchNormV3(x=ins["x"], scale=ins["scale"], offset=ins["offset"],
+                                    mean=ins["mean"], variance=ins["variance"],
+                                    is_training=True).y.op
+    if op_type == "FusedBatchNormGradV3":
+        return raw.FusedBatchNormGradV3(y_backprop=ins["dy"], x=ins["x"], scale=ins["scale"],
+                                        reserve_space_1=ins["r1"], reserve_space_2=ins["r2"],
+                                        reserve_space_3=ins["r3"], is_training=True).x_backprop.op
     arg = {"Relu": "features", "Identity": "input"}.get(op_type, "x")
     return getattr(raw, op_type)(**{arg: ins["x"]}).op  # unary element-wise (Relu, Sqrt, ...)
 
