@@ -471,11 +471,15 @@ class CostModel:
         return isinstance(other, CostModel) and self.to_dict() == other.to_dict()
 
 
-def default_cost_model(gpu="p100", cpu=None, *, links: Mapping | None = None) -> CostModel:
+def default_cost_model(gpu="p100", cpu=None, *, links: Mapping | None = None,
+                       calibrated: bool = True) -> CostModel:
     """The built-in cost model, used when nothing was profiled.
 
-    CPU devices: this machine's CPU (:func:`~costmodel.hardware.cpu_preset`,
-    all cores); GPU devices: the NVIDIA P100 (the paper's GPU). Links:
+    CPU devices: this machine's CPU as calibrated on it by ``fddps calibrate``
+    (:func:`costmodel.calibrate_cpu`) when its cache file exists, else the
+    analytic preset (:func:`~costmodel.hardware.cpu_preset`, all cores); the
+    model's ``meta["cpu_calibration"]`` is the cache file's path, or None.
+    GPU devices: the NVIDIA P100 (the paper's GPU). Links:
     :data:`DEFAULT_LINK_RULES` (PCIe 3 inside a host, as in the paper's 8 x
     P100 server; 10 Gb Ethernet between hosts; shared memory between CPU
     devices of one process).
@@ -486,11 +490,21 @@ def default_cost_model(gpu="p100", cpu=None, *, links: Mapping | None = None) ->
         Preset for GPU devices (``"k80"``, ``"p100"``, ``"v100"``, ``"a100"``, ``"h100"``;
         ``"h100:fp32"``: with TF32 off).
     cpu : str or DevicePreset, optional
-        Preset for CPU devices (default ``presets["cpu"]``).
+        Preset for CPU devices (default: the cached calibration, else ``presets["cpu"]``).
     links : mapping, optional
         Link rules replacing or adding to the defaults (``{"same_host:GPU-GPU": "nvlink"}``).
+    calibrated : bool
+        Look for the cached calibration when ``cpu`` is None (default True);
+        False: the analytic preset.
     """
     rules = dict(DEFAULT_LINK_RULES)
     rules.update(links or {})
+    path = None
+    if cpu is None and calibrated:
+        from .calibrate import cached_cpu_calibration, cached_cpu_calibration_path
+
+        path = cached_cpu_calibration_path()
+        cpu = cached_cpu_calibration() if path is not None else None
+        path = None if cpu is None else str(path)
     return CostModel({"CPU": presets["cpu"] if cpu is None else cpu, "GPU": gpu}, rules,
-                     meta={"kind": "analytic default"})
+                     meta={"kind": "analytic default", "cpu_calibration": path})

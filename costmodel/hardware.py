@@ -24,6 +24,12 @@ presets take theirs from published kernel benchmarks
 (``costmodel/data/gpu_kernels.csv``, fitted by :func:`costmodel.kernels.fit_efficiencies`);
 :meth:`DevicePreset.calibrate` fits them to a profile.
 
+A preset may also hold efficiencies that depend on the op's size
+(:attr:`DevicePreset.efficiency_curves`, fitted to this machine's CPU by
+:func:`costmodel.calibrate_cpu`): per class, the efficiency as a piecewise-linear
+function of log10 of the op's FLOPs (dense classes) or bytes moved (element-wise,
+reduction); they win over the class's single efficiency.
+
 A GPU preset with a :attr:`DevicePreset.kernel_model` times its FP32 convolutions
 and MatMuls by the kernel-dependent model fitted to DeepBench's published kernel
 times instead (:mod:`costmodel.kernel_model`: an efficiency that depends on the
@@ -156,6 +162,49 @@ def _efficiency_table(value, preset_name) -> tuple:
     return tuple(sorted(out.items()))
 
 
+def _curve_table(value, preset_name) -> tuple:
+    """Efficiency curves ``{"elementwise": [[log10_bytes, eff], ...], "matmul/fp32": ...}`` as
+    sorted ``(key, ((x, eff), ...))`` pairs, checked: x finite and strictly increasing,
+    each efficiency in (0, 1]."""
+    items = value.items() if isinstance(value, Mapping) else value
+    out = {}
+    for key, points in items:
+        key = _efficiency_key(key, preset_name)
+        try:
+            pts = tuple((float(x), float(e)) for x, e in points)
+        except (TypeError, ValueError):
+            raise CostModelError(f"preset {preset_name!r}: efficiency curve {key!r} must be a list "
+                                 f"of [log10_size, efficiency] pairs, got {points!r}") from None
+        xs = np.array([x for x, _ in pts])
+        es = np.array([e for _, e in pts])
+        if not pts or not np.isfinite(xs).all() or (np.diff(xs) <= 0).any():
+            raise CostModelError(f"preset {preset_name!r}: efficiency curve {key!r} needs at least "
+                                 f"one point, sizes finite and strictly increasing, got {points!r}")
+        if not (np.isfinite(es).all() and (es > 0).all() and (es <= 1).all()):
+            raise CostModelError(f"preset {preset_name!r}: efficiency curve {key!r} has an "
+                                 f"efficiency outside (0, 1]: {points!r}")
+        out[key] = pts
+    return tuple(sorted(out.items()))
+
+
+def curve_efficiency(curve, size) -> np.ndarray:
+    """Efficiency of ops of ``size`` (FLOPs or bytes; number or array) on a curve of
+    ``(log10_size, efficiency)`` points: piecewise linear in log10 size between the
+    points (interpolating the log of the efficiency), constant beyond the first and last.
+
+    Examples
+    --------
+    >>> float(curve_efficiency(((6.0, 0.1), (8.0, 0.4)), 1e7))
+    0.2
+    >>> float(curve_efficiency(((6.0, 0.1), (8.0, 0.4)), 1e12))
+    0.4
+    """
+    xs = np.array([x for x, _ in curve])
+    log_e = np.log([e for _, e in curve])
+    x = np.log10(np.maximum(np.asarray(size, dtype=np.float64), 1.0))
+    return np.exp(np.interp(x, xs, log_e))
+
+
 _REQUIRED_OP_COLUMNS = ("op_type", "flops", "input_bytes", "output_bytes")
 
 
@@ -225,6 +274,14 @@ class DevicePreset:
         ``"elementwise"`` / ``"reduction"`` (fraction of the memory bandwidth).
         Stored as sorted ``(key, value)`` pairs so that the preset stays hashable;
         :meth:`efficiency` reads one.
+    efficiency_curves : mapping of str -> list of (float, float)
+        Per op class (keys as for :attr:`efficiencies`), an efficiency that depends on
+        the op's size: ``(log10 size, efficiency)`` points, read by
+        :func:`curve_efficiency` at log10 of the op's FLOPs (dense classes) or bytes
+        moved (element-wise, reduction). A class with a curve ignores its entry in
+        :attr:`efficiencies`; the memory term of a dense op with a curve then uses
+        the ``"elementwise"`` curve at its bytes (streaming its tensors), if there
+        is one. :func:`costmodel.calibrate_cpu` fits them to this machine's CPU.
 
     Examples
     --------
@@ -246,6 +303,7 @@ class DevicePreset:
     precision: str | None = None
     efficiencies: tuple = ()
     kernel_model: str = ""
+    efficiency_curves: tuple = ()
 
     def __post_init__(self):
         for f in ("peak_flops", "memory_bandwidth", "memory", "compute_efficiency",
@@ -269,6 +327,8 @@ class DevicePreset:
                                  f"its precision can only be 'fp32'")
         object.__setattr__(self, "precision", precision)
         object.__setattr__(self, "efficiencies", _efficiency_table(self.efficiencies, self.name))
+        object.__setattr__(self, "efficiency_curves",
+                           _curve_table(self.efficiency_curves, self.name))
         model = str(self.kernel_model or "")
         if model:
             known = ["datasheet"] + list(load_models()["gpus"])
@@ -337,8 +397,9 @@ class DevicePreset:
                                                posinf=0.0), 0.0)
         return self._roofline(flops, moved, types, input_bytes)
 
-    def _rates(self, types):
-        """Per op: effective compute FLOP/s and memory bytes/s (peaks times efficiencies)."""
+    def _rates(self, types, flops=None, moved=None):
+        """Per op: effective compute FLOP/s and memory bytes/s (peaks times efficiencies;
+        with :attr:`efficiency_curves`, efficiencies at each op's ``flops`` / ``moved``)."""
         classes = _op_classes(types)
         tensor = (np.isin(types, list(TENSOR_CORE_OPS)) if self.precision == "tf32"
                   else np.zeros(len(types), dtype=bool))
@@ -353,10 +414,29 @@ class DevicePreset:
                 c_eff[sel & ~tensor] = self.efficiency(cls, "fp32")
             elif cls in MEMORY_CLASSES:
                 m_eff[sel] = self.efficiency(cls)
+        if self.efficiency_curves and flops is not None and moved is not None:
+            self._apply_curves(classes, tensor, flops, moved, c_eff, m_eff)
         return peak * c_eff, self.memory_bandwidth * m_eff, classes
 
+    def _apply_curves(self, classes, tensor, flops, moved, c_eff, m_eff):
+        """Overwrite the efficiencies of ops whose class has a curve, at their sizes."""
+        curves = dict(self.efficiency_curves)
+        stream = curves.get("elementwise")
+        for cls in np.unique(classes):
+            sel = classes == cls
+            if cls in COMPUTE_CLASSES:
+                for precision, on in (("tf32", tensor), ("fp32", ~tensor)):
+                    curve = curves.get(f"{cls}/{precision}")
+                    pick = sel & on
+                    if curve is not None and pick.any():
+                        c_eff[pick] = curve_efficiency(curve, flops[pick])
+                        if stream is not None:
+                            m_eff[pick] = curve_efficiency(stream, moved[pick])
+            elif cls in MEMORY_CLASSES and cls in curves:
+                m_eff[sel] = curve_efficiency(curves[cls], moved[sel])
+
     def _roofline(self, flops, moved, types, input_bytes=None):
-        compute_rate, memory_rate, classes = self._rates(types)
+        compute_rate, memory_rate, classes = self._rates(types, flops, moved)
         t = self.overhead + np.maximum(flops / compute_rate, moved / memory_rate)
         if self.kernel_model and input_bytes is not None:
             # FP32 dense kernels of the types DeepBench timed: the fitted kernel model.
@@ -405,7 +485,7 @@ class DevicePreset:
         no_work = (classes == "no_work") | ((flops == 0) & (moved == 0))
         base = t[no_work] if no_work.sum() >= 3 else t
         overhead = float(np.quantile(base, quantile_overhead))
-        compute_rate, memory_rate, _ = self._rates(types)
+        compute_rate, memory_rate, _ = self._rates(types, flops, moved)
         tensor = (np.isin(types, list(TENSOR_CORE_OPS)) if self.precision == "tf32"
                   else np.zeros(len(t), bool))
         peak = np.where(tensor, self.tensor_flops, self.peak_flops)
@@ -444,12 +524,13 @@ class DevicePreset:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["efficiencies"] = dict(self.efficiencies)
+        d["efficiency_curves"] = {k: [list(p) for p in pts] for k, pts in self.efficiency_curves}
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "DevicePreset":
-        """Inverse of :meth:`to_dict`; also reads presets saved before ``precision`` and
-        ``efficiencies`` existed (they get the defaults)."""
+        """Inverse of :meth:`to_dict`; also reads presets saved before ``precision``,
+        ``efficiencies`` and ``efficiency_curves`` existed (they get the defaults)."""
         names = {f.name for f in fields(cls)}
         unknown = set(d) - names
         if unknown:

@@ -1,4 +1,4 @@
-"""The ``fddps`` command: place, simulate, plot, profile, and run the experiments.
+"""The ``fddps`` command: place, simulate, plot, profile, calibrate, and run the experiments.
 
 Run ``fddps --help`` (or ``python -m fddps --help``) for the commands;
 ``fddps`` with no command runs ``fddps demo``: a built-in model placed on a
@@ -32,6 +32,7 @@ BENCHMARKS = {
     "model-table": "experiments.model_table",
     "costmodel-accuracy": "experiments.costmodel_accuracy",
     "cpu-preset": "experiments.cpu_preset",
+    "calibrate": "experiments.calibrate",
     "gpu-kernels": "experiments.gpu_kernels",
     "contention": "experiments.contention",
     "strategy-search": "experiments.strategy_search",
@@ -402,6 +403,48 @@ def cmd_profile(args):
     return 0
 
 
+def positive_seconds(text):
+    """A positive, finite number of seconds (``--seconds``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, "
+                                         f"got {text!r}")
+    return value
+
+
+def cmd_calibrate(args):
+    """Time a fixed set of ops on this CPU and cache the CPU preset fitted to them."""
+    import costmodel
+    from costmodel.calibrate import cache_path, describe_curves
+
+    if args.no_cache and not args.output:
+        raise CommandError("--no-cache without --output would keep nothing; give --output FILE")
+
+    def say(msg):
+        print(msg, flush=True)
+
+    analytic = costmodel.presets["cpu"]
+    preset = costmodel.calibrate_cpu(seconds=args.seconds, cache=not args.no_cache,
+                                     output=args.output, progress=say)
+    print(f"\nper-op overhead {preset.overhead * 1e6:.3g} us (analytic preset: "
+          f"{analytic.overhead * 1e6:.3g} us); streaming bandwidth "
+          f"{preset.memory_bandwidth / 1e9:.3g} GB/s (analytic: "
+          f"{analytic.memory_bandwidth / 1e9:.3g} GB/s); peak {preset.peak_flops / 1e9:.4g} GFLOP/s")
+    print("efficiency by op size (of the peak FLOP/s for the dense classes, of the streaming "
+          "bandwidth for the others):")
+    for line in describe_curves(preset):
+        print(f"  {line}")
+    if not args.no_cache:
+        print(f"cached at {cache_path()}: fddps.place() and the fddps commands use it for CPU "
+              "devices when given no cost model")
+    if args.output:
+        print(f"wrote {args.output} (a cost model file: --cost-model {args.output})")
+    return 0
+
+
 def bench_name(text):
     """An experiment name of :data:`BENCHMARKS` (its module's spelling, ``search_time``, too)."""
     name = text.replace("_", "-")
@@ -434,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  fddps place model.pb --devices /device:CPU:0 /device:CPU:1 --out placed.pb\n"
                "  fddps place --model resnet50 --gpus 4 --hosts 2 --plot gantt.png\n"
                "  fddps simulate placed.pb\n"
+               "  fddps calibrate --seconds 30\n"
                "  fddps bench stg --sizes 50 --procs 2",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -491,6 +535,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=non_negative_int, default=3)
     p.add_argument("--out", default="cost_model.json")
     p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("calibrate", help="fit the CPU preset to this machine and cache it",
+                       description="Time a fixed set of TensorFlow ops (MatMul, convolutions and "
+                                   "their gradients, element-wise ops, pooling, reductions) on "
+                                   "this machine's CPU, fit per-class efficiencies that depend on "
+                                   "the op's size, and cache the calibrated CPU preset under the "
+                                   "user's cache folder ($FDDPS_CACHE_DIR, $XDG_CACHE_HOME/fddps "
+                                   "or ~/.cache/fddps), where fddps.place() finds it.")
+    p.add_argument("--seconds", type=positive_seconds, default=30.0,
+                   help="time budget of the measurement (default 30)")
+    p.add_argument("--no-cache", action="store_true", help="do not write the cache (use --output)")
+    p.add_argument("--output", metavar="FILE",
+                   help="also write the calibration as a cost model file (for --cost-model)")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("bench", help="run an experiment: " + ", ".join(BENCHMARKS),
                        description="Run an experiment; arguments after NAME go to it "

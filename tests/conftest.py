@@ -31,6 +31,16 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# A CPU calibration cached by `fddps calibrate` changes every CPU prediction of the
+# default cost model: the suite gets an empty cache folder of its own (inherited by
+# the processes it starts), so it never reads the user's and runs the same anywhere.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+os.environ["FDDPS_CACHE_DIR"] = tempfile.mkdtemp(prefix="fddps-test-cache-")
+atexit.register(shutil.rmtree, os.environ["FDDPS_CACHE_DIR"], ignore_errors=True)
+
 # OR-Tools before TensorFlow: the other way round CP-SAT crashes in-process, and
 # fddps runs it in a child process (tested in test_exact.py); this keeps the
 # suite's many small exact solves in-process.

@@ -20,7 +20,7 @@ import time
 
 from ..errors import FddpsError
 from .graphdef import analyse
-from .read import default_cost_model_or_error
+from .read import cpu_preset_facts, default_cost_model_or_error
 from .schedule_place import place_scheduled
 from .search_place import place_searched, place_tofu
 from .strategy_rewrite import place_strategy
@@ -76,6 +76,7 @@ def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=N
                                     enforce_order=enforce_order, session_config=session_config,
                                     topology=topology)
     info = placement.info
+    info.update(cpu_preset_facts(cost_model, placement.cluster))
     total = time.perf_counter() - t0
     decide = float(info.get("decide_seconds", info.get("search_seconds", 0.0)))
     info.update(read_seconds=read_seconds, decide_seconds=decide,

@@ -213,6 +213,8 @@ class Placement:
                          f"{s.info.get('unsplit_makespan', float('nan')) * scale:.4g} {unit}")
         if info.get("order_edges_added"):
             lines.append(f"order control edges added: {info['order_edges_added']}")
+        if info.get("cpu_preset_note"):
+            lines.append(info["cpu_preset_note"])
         lines.append(f"place() took {info['place_seconds']:.3g} s"
                      + (f" (reading {info['read_seconds']:.3g} s)" if "read_seconds" in info else ""))
         return "\n".join(lines)

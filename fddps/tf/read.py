@@ -33,6 +33,28 @@ def default_cost_model_or_error(cost_model=None):
     return default_cost_model()
 
 
+def cpu_preset_facts(cost_model, cluster) -> dict:
+    """What ``place()`` says about the CPU preset it used: ``cpu_calibration`` (the path of
+    the calibration ``costmodel.default_cost_model`` loaded, or None) and ``cpu_preset_note``
+    (a line for ``summary()``, or None when the cluster has no CPU device, the model has a
+    CPU profile, or the model is the user's own and its preset uncalibrated)."""
+    meta = getattr(cost_model, "meta", None) or {}
+    path = meta.get("cpu_calibration")
+    note = None
+    types = {d.type for d in getattr(cluster, "devices", ())}
+    preset = getattr(cost_model, "devices", {}).get("CPU")
+    if "CPU" in types and "CPU" not in (getattr(cost_model, "compute", None) or {}):
+        if path:
+            note = f"CPU preset: calibrated on this machine ({path})"
+        elif meta.get("kind") == "analytic default":
+            note = "analytic CPU preset; run `fddps calibrate` to fit it to this machine"
+        elif getattr(preset, "efficiency_curves", ()):
+            note = "CPU preset: calibrated (" + ("a `fddps calibrate` file"
+                                                if meta.get("kind") == "cpu calibration"
+                                                else "the cost model given") + ")"
+    return {"cpu_calibration": path, "cpu_preset_note": note}
+
+
 def _check_times(times, n, device_type, names):
     arr = np.asarray(times, dtype=np.float64)
     if arr.shape != (n,):
