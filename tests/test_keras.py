@@ -311,3 +311,14 @@ def test_keras_step_experiment_smoke(tmp_path, capsys):
     assert (df["moved_ops"] == 0).all() and (df["max_weight_diff"] < 1e-4).all()
     assert df["step_ms"].gt(0).all() and df["nodes"].iloc[1:].gt(100).all()
     assert "logical CPU devices" in capsys.readouterr().out
+
+
+def test_place_passes_a_strategy_on_to_a_keras_step():
+    # fddps.place(model, ..., strategy=...) used to drop the strategy silently and search.
+    x, y = _batches(1)
+    p = fddps.place(_cnn(), DEVICES[:2], COST_MODEL, batch=(x[0], y[0]), optimizer="sgd",
+                    loss=_loss(), strategy="data_parallel")
+    assert p.info["algorithm"] == "strategy" and p.info["strategy"] == "data parallel"
+    with pytest.raises(FddpsError, match="strategy='model_parallel'"):
+        fddps.place(_cnn(), DEVICES[:2], COST_MODEL, batch=(x[0], y[0]), optimizer="sgd",
+                    loss=_loss(), strategy="model_parallel")

@@ -157,7 +157,8 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
             options["example_inputs"], cost_model = cost_model, None
         return place_step(graph_def, devices, cost_model=cost_model, algorithm=algorithm,
                           memory=memory, override=override, fetches=fetches,
-                          enforce_order=enforce_order, unknown_dim=unknown_dim, **options)
+                          enforce_order=enforce_order, unknown_dim=unknown_dim,
+                          strategy=strategy, **options)
     return place_graph(graph_def, devices, cost_model, algorithm, memory, override=override,
                        fetches=fetches, enforce_order=enforce_order, unknown_dim=unknown_dim,
                        session_config=session_config, topology=topology, strategy=strategy,
