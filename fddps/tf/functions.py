@@ -772,6 +772,10 @@ class StepPlacement(Placement):
         context.async_wait()
         ctx = context.context()
         if first:  # the partition graphs are built, and reported, once: on the first call
+            # Once run metadata was on, TensorFlow keeps collecting the partition graphs
+            # of functions instantiated later (other placed steps, verify's finalists):
+            # drop them, so that ran_on is this step's own.
+            ctx.export_run_metadata()
             ctx.enable_run_metadata()
         try:
             outs = self._runner(*flat)
