@@ -422,11 +422,17 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
 def _verify_columns(record) -> dict:
     """The CSV's columns of a placement's verification (``info["verified"]``, or None)."""
     if not record:
-        return dict(verified="", verify_finalists=0, verify_measured=np.nan)
+        return dict(verified="", verify_finalists=0, verify_measured=np.nan, verify_detail="")
     returned = record["finalists"][record["returned_index"]]
+    detail = "; ".join(f"{r['label']}: {r['predicted'] * 1e3:.1f} ms predicted, "
+                       + (f"{r['measured'] * 1e3:.1f} ms measured ({r['steps']} steps)"
+                          if np.isfinite(r["measured"]) else "not measured")
+                       for r in record["finalists"])
     return dict(verified=(f"not verified: {record['reason']}" if record["reason"]
                           else record["returned"]),
-                verify_finalists=len(record["finalists"]), verify_measured=returned["measured"])
+                verify_finalists=len(record["finalists"]), verify_measured=returned["measured"],
+                verify_detail=detail + (f"; {record['rounds']} rounds, stopped: "
+                                        f"{record['stopped']}" if not record["reason"] else ""))
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -658,7 +664,8 @@ def write_markdown(df: pd.DataFrame, path, command: str, seconds: float) -> None
              "No paper figure: the papers' testbeds are GPUs; this is the one real "
              "multi-device setting a 2-core machine has.", "",
              "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in table.itertuples(index=False)]
     path.write_text("\n".join(lines) + "\n")
     print(f"results page: {path}")
 

@@ -430,6 +430,15 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
         ``tf.TensorSpec``); the step is placed for its shapes.
     cost_model, algorithm, memory, enforce_order, unknown_dim, **options
         As for :func:`fddps.tf.place`.
+    verify, verify_budget, verify_timer
+        As for :func:`fddps.tf.place`; on by default here: the finalists' placed
+        steps run on the example batch (a ``tf.TensorSpec`` as random values),
+        interleaved (:mod:`fddps.tf.verify`), and the fastest measured is
+        returned. Every variable the step captures (weights, optimizer slots
+        and iteration counter, metric totals, seed states) is read before and
+        assigned back after, bit for bit: verifying does not train the model.
+        A step capturing another kind of resource (a table, an iterator) is
+        not run; ``info["verified"]["reason"]`` says so.
     override : bool
         Let fddps move ops the step's code pinned with ``tf.device`` (the
         variables and the ops on them still stay with the variables).

@@ -395,7 +395,8 @@ def describe(record, scale=1e3, unit="ms") -> list:
     lines.append(f"  {'finalist':<{width}} {'predicted ' + unit:>13} {'measured ' + unit:>12} "
                  f"{'steps':>5}")
     for r in rows:
-        measured = f"{r['measured'] * scale:>12.4g}" if math.isfinite(r["measured"]) else f"{'-':>12}"
+        measured = (f"{r['measured'] * scale:>12.4g}" if math.isfinite(r["measured"])
+                    else f"{'-':>12}")
         note = "  <- returned" if r["returned"] else ""
         if r["error"]:
             note += f"  (could not run: {r['error']})"
