@@ -68,7 +68,7 @@ DEFAULT_BUDGET = 3.0
 #: Untimed steps per finalist after its first step.
 WARMUP = 1
 #: Timed rounds always run (a median of at least this many steps per finalist).
-MIN_ROUNDS = 3
+MIN_ROUNDS = 5
 #: Timed rounds at most.
 MAX_ROUNDS = 20
 #: Label of the one-device finalist.
