@@ -19,12 +19,17 @@ batch, CIFAR-10 size):
    runs one timed step (the order rotating per round, so that the machine's
    drift hits all alike); the median wall time (``Session.run`` of train op
    and loss from this client process) is reported beside the simulator's
-   prediction.
+   prediction;
+4. with ``--verify``, step 2 is ``place(..., verify=True)``: each algorithm's
+   finalists (:mod:`fddps.tf.verify`) are timed on the cluster first and the
+   fastest measured is the one run in step 3 (column ``verified``; each
+   finalist's predicted and measured step in ``verify_detail``).
 
 Both workers share this machine with the client and anything else running;
 compare the algorithms with each other and with ``single`` inside one run.
 
-Writes ``experiments/results/real_cluster.csv`` and ``real_cluster.png``.
+Writes ``experiments/results/real_cluster.csv``, ``real_cluster.png`` and the page
+``real_cluster.md`` (beside ``--out``).
 
 Usage::
 
@@ -33,6 +38,7 @@ Usage::
     python -m experiments.real_cluster --enforce-order        # make TF follow the scheduled order
     python -m experiments.real_cluster --strategies data_parallel --trace   # + each worker's op seconds
     python -m experiments.real_cluster --models resnet50 --batch 32 --strategies head_data_parallel
+    python -m experiments.real_cluster --models vgg16 --algorithms fddps auto --verify  # measure first
 """
 
 from __future__ import annotations
@@ -658,14 +664,23 @@ def write_markdown(df: pd.DataFrame, path, command: str, seconds: float) -> None
 
     lines = ["# Measured step time of placed graphs on a 2-worker TensorFlow cluster", "",
              f"Command: `{command}` ({seconds:.0f} s); {datetime.now(timezone.utc):%Y-%m-%d %H:%M} "
-             f"UTC on {_cpu_model()}, {os.cpu_count()} cores, shared with other work: compare "
-             "the rows of one model with each other (ratios), not across runs.", "",
-             "What it measures: " + " ".join(__doc__.split("\n\n")[1].split()), "",
+             f"UTC on {_cpu_model()}, {os.cpu_count()} cores, shared with other work (load "
+             f"average {os.getloadavg()[0]:.1f} at the end): compare the rows of one model with "
+             "each other (ratios), not across runs.", "",
+             "What it measures: " + " ".join(" ".join(__doc__.split("\n\n")[1:3]).split()),
+             "",
              "No paper figure: the papers' testbeds are GPUs; this is the one real "
              "multi-device setting a 2-core machine has.", "",
              "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |"
               for row in table.itertuples(index=False)]
+    if "verify_detail" in df and df.verify_detail.fillna("").astype(bool).any():
+        lines += ["", "Verification (``place(..., verify=True)``, timed inside place(); the "
+                  "finalist returned is the row's placement, measured again above):", ""]
+        lines += [f"- {r.model} {label(r.algorithm)}: "
+                  + (f"{r.verified}; " if r.verified.startswith("not verified") else
+                     f"returned {r.verified} after {r.verify_seconds:.1f} s; ") + r.verify_detail
+                  for r in df.itertuples() if isinstance(r.verify_detail, str) and r.verify_detail]
     path.write_text("\n".join(lines) + "\n")
     print(f"results page: {path}")
 
