@@ -73,8 +73,10 @@ def quickstart_rows():
     y = np.random.default_rng(1).integers(0, 10, 32)
     rows = []
     t = time.perf_counter()
+    # verify=False: the fingerprint of the decision, not of which finalist measured fastest.
     p = fddps.place(model, devices, batch=(x, y), optimizer="adam",
-                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                    verify=False)
     rows.append(dict(case="keras quick start", sha256=digest(p.graph_def),
                      makespan_ms=p.makespan * 1e3, place_s=time.perf_counter() - t))
     print(rows[-1], flush=True)
@@ -93,7 +95,7 @@ def quickstart_rows():
         return loss
 
     t = time.perf_counter()
-    q = fddps.place(train_step, devices, (x, y))
+    q = fddps.place(train_step, devices, (x, y), verify=False)
     rows.append(dict(case="tf.function quick start", sha256=digest(q.graph_def),
                      makespan_ms=q.makespan * 1e3, place_s=time.perf_counter() - t))
     print(rows[-1], flush=True)

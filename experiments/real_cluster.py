@@ -19,12 +19,17 @@ batch, CIFAR-10 size):
    runs one timed step (the order rotating per round, so that the machine's
    drift hits all alike); the median wall time (``Session.run`` of train op
    and loss from this client process) is reported beside the simulator's
-   prediction.
+   prediction;
+4. with ``--verify``, step 2 is ``place(..., verify=True)``: each algorithm's
+   finalists (:mod:`fddps.tf.verify`) are timed on the cluster first and the
+   fastest measured is the one run in step 3 (column ``verified``; each
+   finalist's predicted and measured step in ``verify_detail``).
 
 Both workers share this machine with the client and anything else running;
 compare the algorithms with each other and with ``single`` inside one run.
 
-Writes ``experiments/results/real_cluster.csv`` and ``real_cluster.png``.
+Writes ``experiments/results/real_cluster.csv``, ``real_cluster.png`` and the page
+``real_cluster.md`` (beside ``--out``).
 
 Usage::
 
@@ -33,6 +38,7 @@ Usage::
     python -m experiments.real_cluster --enforce-order        # make TF follow the scheduled order
     python -m experiments.real_cluster --strategies data_parallel --trace   # + each worker's op seconds
     python -m experiments.real_cluster --models resnet50 --batch 32 --strategies head_data_parallel
+    python -m experiments.real_cluster --models vgg16 --algorithms fddps auto --verify  # measure first
 """
 
 from __future__ import annotations
@@ -40,7 +46,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import pickle
-import statistics
 import sys
 import time
 
@@ -217,13 +222,14 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
                   trace=False):
     """Run several (placed) GraphDefs of one step on ``target``, their steps interleaved.
 
-    Each graph gets its own session: ``init``, a first step (graph
-    partitioning, Grappler), ``warmup - 1`` more; then ``steps`` rounds in
-    which every graph runs one timed step, the order rotating from round to
-    round, so that whatever the machine does meanwhile (other processes,
-    allocator and cache warm-up, clock changes) falls on all of them alike.
-    Timing them one after another instead measured identical graphs 1.0-1.4x
-    apart on this 2-core machine.
+    :func:`fddps.tf.verify.measure_graphs` (what ``place(..., verify=...)``
+    times finalists with): each graph in its own isolated session, ``init``,
+    a first step (graph partitioning, Grappler), ``warmup - 1`` more; then
+    ``steps`` rounds in which every graph runs one timed step, the order
+    rotating from round to round, so that whatever the machine does meanwhile
+    (other processes, allocator and cache warm-up, clock changes) falls on all
+    of them alike. Timing them one after another instead measured identical
+    graphs 1.0-1.4x apart on this 2-core machine.
 
     With ``trace``, each graph then runs one more step, traced, and its dict
     gets ``busy``: what each device spent on ops and on transfers in it
@@ -233,49 +239,16 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
     -------
     list of dict
         Per graph: ``median``, ``min``, ``max`` step seconds, ``first_step``
-        seconds, ``loss`` of its last step, ``devices_ran`` (devices in the
-        executed partition graphs).
+        seconds, ``loss`` (``fetches[1]``) of its last step, ``devices_ran``
+        (devices in the executed partition graphs).
     """
-    import tensorflow as tf
+    from fddps.tf.verify import measure_graphs
 
-    tf1 = tf.compat.v1
-    sessions, out = [], []
-    try:
-        for graph_def in graph_defs:
-            g = tf.Graph()
-            with g.as_default():
-                tf.graph_util.import_graph_def(graph_def, name="")
-            sess = tf1.Session(target, graph=g, config=config)
-            sessions.append(sess)
-            sess.run(init)
-            meta = tf1.RunMetadata()
-            t0 = time.perf_counter()
-            sess.run(fetches, options=tf1.RunOptions(output_partition_graphs=True), run_metadata=meta)
-            first = time.perf_counter() - t0
-            devices = {n.device for part in meta.partition_graphs for n in part.node if n.device}
-            for _ in range(max(0, warmup - 1)):
-                sess.run(fetches)
-            out.append(dict(times=[], first_step=first, devices_ran=len(devices), loss=np.nan))
-        for r in range(steps):
-            for k in np.roll(np.arange(len(sessions)), -r):
-                t0 = time.perf_counter()
-                _, loss = sessions[k].run(fetches)
-                out[k]["times"].append(time.perf_counter() - t0)
-                out[k]["loss"] = float(loss)
-        if trace:
-            from fddps.tf.profiling import device_busy
-
-            for sess, o in zip(sessions, out):
-                meta = tf1.RunMetadata()
-                sess.run(fetches, options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
-                         run_metadata=meta)
-                o["busy"] = device_busy(meta)
-    finally:
-        for sess in sessions:
-            sess.close()
+    out = measure_graphs(graph_defs, fetches, init, target, steps=steps, warmup=warmup,
+                         config=config, trace=trace)
     for o in out:
-        times = o.pop("times")
-        o.update(median=statistics.median(times), min=min(times), max=max(times))
+        last = o.pop("last")
+        o["loss"] = float(last[1]) if last is not None and len(last) > 1 else np.nan
     return out
 
 
@@ -292,7 +265,7 @@ def _tf_order(schedule, cluster, enforced) -> float:
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
         enforce_order=False, progress=True, strategies=(), place_transfer_cpu=False,
-        trace=False, save_schedules=None):
+        trace=False, save_schedules=None, verify=False, verify_budget=None):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
     ``algorithms`` are :func:`fddps.place` algorithms (placements and the
@@ -304,6 +277,12 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     (``measured_ops_w0``, ``_w1``; transfers' nodes ``measured_comm_w0``,
     ``_w1``) stands beside what the cost model gave them (``predicted_ops_w0``,
     ``_w1``): how much of the prediction's error is the kernels'.
+    ``verify``: place every algorithm and strategy with ``place(..., verify=True)`` (its
+    finalists timed on the cluster, within ``verify_budget`` seconds; the fastest measured
+    returned), the row's ``verified`` saying which finalist was returned (or why none was
+    timed), ``verify_seconds``, ``verify_finalists`` and ``verify_measured`` (the
+    verification's own median of the returned finalist); the row's ``predicted`` and
+    ``measured`` are then the returned placement's. Without it ``verified`` is "".
     ``save_schedules``: a path (``.pkl.gz``) to keep, per placement run, its
     row and what it was predicted from (``graph``, ``device``, ``order``,
     ``cluster``, ``cpu_cluster``: the concurrent-transfer one, or None; with
@@ -360,15 +339,21 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                                         **facts), None, None))
                     bar.update()
                     continue
+                # With --verify, the finalists run on the cluster (isolated sessions, the
+                # model's init op) before place() returns.
+                checked = dict(verify=True, verify_budget=verify_budget, target=cluster.target,
+                               session_config=cluster.session_config(),
+                               init=m.init_op.name) if verify else {}
                 try:
                     if spec.startswith("strategy:"):
                         st = _strategy(spec.split(":", 1)[1], m, cluster.devices, step_fetches)
                         p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, strategy=st,
-                                        fetches=step_fetches)
+                                        fetches=step_fetches, **checked)
                     else:
                         name, options = parse_algorithm(spec)
                         p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, algorithm=name,
-                                        fetches=step_fetches, enforce_order=enforce_order, **options)
+                                        fetches=step_fetches, enforce_order=enforce_order,
+                                        **checked, **options)
                 except fddps.InfeasibleError as e:
                     placed.append((dict(model=model, batch=batch, algorithm=spec, status="OOM",
                                         message=str(e), **facts), None, None))
@@ -404,7 +389,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            order_edges=p.info.get("order_edges_added", 0),
                            ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
                            chosen=str(p.info.get("search", p.info.get("strategy", ""))),
-                           message="", **facts)
+                           message="", **_verify_columns(p.info.get("verified")),
+                           verify_seconds=p.info.get("verify_seconds", 0.0), **facts)
                 saved = dict(graph=s.graph, device=s.device, order=s.order,
                              cluster=p.cluster, cpu_cluster=cpu_cluster)
                 placed.append((row, p.graph_def, saved))
@@ -439,6 +425,22 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     return df
 
 
+def _verify_columns(record) -> dict:
+    """The CSV's columns of a placement's verification (``info["verified"]``, or None)."""
+    if not record:
+        return dict(verified="", verify_finalists=0, verify_measured=np.nan, verify_detail="")
+    returned = record["finalists"][record["returned_index"]]
+    detail = "; ".join(f"{r['label']}: {r['predicted'] * 1e3:.1f} ms predicted, "
+                       + (f"{r['measured'] * 1e3:.1f} ms measured ({r['steps']} steps)"
+                          if np.isfinite(r["measured"]) else "not measured")
+                       for r in record["finalists"])
+    return dict(verified=(f"not verified: {record['reason']}" if record["reason"]
+                          else record["returned"]),
+                verify_finalists=len(record["finalists"]), verify_measured=returned["measured"],
+                verify_detail=detail + (f"; {record['rounds']} rounds, stopped: "
+                                        f"{record['stopped']}" if not record["reason"] else ""))
+
+
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per model and algorithm: measured and predicted ms, speedups over one worker, error."""
     out = []
@@ -467,8 +469,11 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                             ops_w0_w1=f"{r.ops_worker0}/{r.ops_worker1}",
                             transfers=r.transfers, transfer_MB=round(r.transfer_MB, 2),
                             ops_split=getattr(r, "ops_split", 0),
-                            order_edges=r.order_edges, place_s=round(r.place_seconds, 2)))
+                            order_edges=r.order_edges, place_s=round(r.place_seconds, 2),
+                            verified=getattr(r, "verified", "")))
     out = pd.DataFrame(out)
+    if "verified" in out and not out.verified.fillna("").astype(bool).any():
+        out = out.drop(columns="verified")
     if "order_edges" in out and not (out.order_edges.fillna(0) > 0).any():
         out = out.drop(columns="order_edges")
     return out
@@ -562,6 +567,12 @@ def main(argv=None):
                         help="one more traced step per placement: each worker's op seconds, "
                              "measured beside predicted, and the prediction's error split "
                              "between the kernels and the rest")
+    parser.add_argument("--verify", action="store_true",
+                        help="place every algorithm and strategy with place(..., verify=True): "
+                             "its finalists timed on the cluster, the fastest measured kept "
+                             "(the 'verified' column names it)")
+    parser.add_argument("--verify-budget", type=float, default=None,
+                        help="seconds each verification may take (default: the library's)")
     parser.add_argument("--place-with-transfer-cpu", action="store_true",
                         help="place with the CPU cost fitted on concurrent transfers in the cost "
                              "model (a diagnostic: FD-DPS then spreads more)")
@@ -581,7 +592,8 @@ def main(argv=None):
              comm_repeats=2 if args.quick else 5, enforce_order=args.enforce_order,
              progress=not args.no_progress, strategies=args.strategies,
              place_transfer_cpu=args.place_with_transfer_cpu, trace=args.trace,
-             save_schedules=args.save_schedules)
+             save_schedules=args.save_schedules, verify=args.verify,
+             verify_budget=args.verify_budget)
     wall = time.perf_counter() - t0
     first = df.iloc[0]
     print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "
@@ -589,7 +601,10 @@ def main(argv=None):
           f"batch {args.batch}, 32x32; per placement: {args.warmup} warm-up step(s), then the median "
           f"(min-max) of {args.steps} timed steps from this client, the placements' steps "
           f"interleaved (one each per round, the order rotating); "
-          f"enforce_order={args.enforce_order}; {wall:.0f} s in all.")
+          f"enforce_order={args.enforce_order}"
+          + ("; placed with verify=True (each algorithm's finalists timed on the cluster, the "
+             "fastest measured kept: column verified)" if args.verify else "")
+          + f"; {wall:.0f} s in all.")
     if first.cost_model == "profiled":
         for model, g in df.groupby("model", sort=False):
             r = g.iloc[0]
@@ -616,8 +631,58 @@ def main(argv=None):
           "x_single = one worker's time / this.")
     with pd.option_context("display.width", 200):
         print(summary(df).to_string(index=False))
-    common.save_csv_and_plot(df, args.out, plot)
+    out = common.save_csv_and_plot(df, args.out, plot)
+    command = "python -m experiments.real_cluster" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    write_markdown(df, out.with_suffix(".md"), command, wall)
     return df
+
+
+def _cpu_model() -> str:
+    """This machine's CPU model (``/proc/cpuinfo``), else ``platform.processor()``."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_markdown(df: pd.DataFrame, path, command: str, seconds: float) -> None:
+    """The results page beside the CSV: the command, what it measures, when and where, the table."""
+    import os
+    from datetime import datetime, timezone
+
+    table = summary(df)
+
+    def cell(v):
+        return "" if isinstance(v, float) and np.isnan(v) else str(v).replace("|", "/")
+
+    lines = ["# Measured step time of placed graphs on a 2-worker TensorFlow cluster", "",
+             f"Command: `{command}` ({seconds:.0f} s); {datetime.now(timezone.utc):%Y-%m-%d %H:%M} "
+             f"UTC on {_cpu_model()}, {os.cpu_count()} cores, shared with other work (load "
+             f"average {os.getloadavg()[0]:.1f} at the end): compare the rows of one model with "
+             "each other (ratios), not across runs.", "",
+             "What it measures: " + " ".join(" ".join(__doc__.split("\n\n")[1:3]).split()),
+             "",
+             "No paper figure: the papers' testbeds are GPUs; this is the one real "
+             "multi-device setting a 2-core machine has.", "",
+             "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in table.itertuples(index=False)]
+    if "verify_detail" in df and df.verify_detail.fillna("").astype(bool).any():
+        lines += ["", "Verification (``place(..., verify=True)``, timed inside place(); the "
+                  "finalist returned is the row's placement, measured again above):", ""]
+        lines += [f"- {r.model} {label(r.algorithm)}: "
+                  + (f"{r.verified}; " if r.verified.startswith("not verified") else
+                     f"returned {r.verified} after {r.verify_seconds:.1f} s; ") + r.verify_detail
+                  for r in df.itertuples() if isinstance(r.verify_detail, str) and r.verify_detail]
+    path.write_text("\n".join(lines) + "\n")
+    print(f"results page: {path}")
 
 
 if __name__ == "__main__":

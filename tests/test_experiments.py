@@ -244,12 +244,19 @@ def test_real_cluster_can_place_with_the_concurrent_transfer_cost(tmp_path):
     from experiments import real_cluster
 
     df = real_cluster.main(["--models", "resnet50", "--quick", "--algorithms", "heft",
-                            "--place-with-transfer-cpu", "--no-progress",
-                            "--out", str(tmp_path / "rc.csv")])
+                            "--place-with-transfer-cpu", "--verify", "--verify-budget", "1",
+                            "--no-progress", "--out", str(tmp_path / "rc.csv")])
     assert df.placed_with_transfer_cpu.all() and (df.status == "ok").all()
     # Placed with that cost, the schedule's own prediction is the pred_cpu column's: both
     # charge the cost model's per-direction figures (a timing-free equality).
     np.testing.assert_allclose(df.predicted, df.predicted_transfer_cpu, rtol=1e-9)
+    # --verify: every placement's finalists ran on the cluster; the column names the one
+    # returned (one worker alone has nothing to choose between).
+    single, heft = df.iloc[0], df.iloc[1]
+    assert single.verified == "not verified: one distinct finalist: nothing to choose between"
+    assert heft.verified in {"heft", "one device", "heft, order enforced"}
+    assert heft.verify_finalists >= 2 and heft.verify_measured > 0 and heft.verify_seconds > 0
+    assert "verified" in (tmp_path / "rc.md").read_text()
 
 
 def test_costmodel_accuracy_smoke(tmp_path, capsys):

@@ -27,7 +27,11 @@ def _graph():
 
 
 @pytest.mark.parametrize("how", [dict(), dict(algorithm="heft"), dict(algorithm="pase"),
-                                 dict(algorithm="tofu"), "data_parallel"])
+                                 dict(algorithm="tofu"), "data_parallel",
+                                 # Verifying writes and runs the finalists from what was
+                                 # decided: still one analysis.
+                                 dict(verify=True), dict(algorithm="pase", verify=True),
+                                 dict(algorithm="tofu", verify=True)])
 def test_the_input_graph_is_analysed_once_per_place_call(monkeypatch, how):
     graph_def, fetches = _graph()
     names = [n.name for n in graph_def.node]
@@ -45,10 +49,15 @@ def test_the_input_graph_is_analysed_once_per_place_call(monkeypatch, how):
         loads.clear()  # building the strategy reads the graph too: place() alone counts
     p = fddps.place(graph_def, DEVICES, fetches=fetches, **how)
     assert loads.count(True) == 1, loads
-    # The read, decide and write stages are timed, and add up to the call.
+    # The read, decide, write (and verify) stages are timed, and add up to the call.
     info = p.info
-    stages = info["read_seconds"] + info["decide_seconds"] + info["write_seconds"]
+    stages = (info["read_seconds"] + info["decide_seconds"] + info["write_seconds"]
+              + info.get("verify_seconds", 0.0))
     assert stages == pytest.approx(info["place_seconds"], rel=1e-6)
+    if how.get("verify"):
+        record = info["verified"]
+        assert record["reason"] in ("", "one distinct finalist: nothing to choose between")
+        assert all(r["error"] == "" for r in record["finalists"])
 
 
 def _imports(package_dir: pathlib.Path, package: str) -> nx.DiGraph:

@@ -131,7 +131,11 @@ def schedule_with_splits(schedule_whole, graph: OpGraph, cluster, enabled=True, 
     step is shorter, so splitting never makes a schedule worse; with
     ``enabled=False`` only the whole graph is scheduled. The result's
     ``info`` gains ``splits`` (the decisions kept, possibly none),
-    ``splits_planned`` and, when split, ``unsplit_makespan``.
+    ``splits_planned`` and, when split, ``unsplit_makespan``; when both
+    schedules were made and fit memory, ``split_alternative``: ``("without
+    splits", the whole graph's schedule)`` when the split one was kept,
+    ``("with splits", the split one)`` when it was not (a runner-up that
+    :func:`fddps.tf.place` with ``verify`` times on the devices).
     """
     def rank(schedule):  # schedules within memory first, then the faster
         return (memory_overflow(schedule) is not None, schedule.makespan)
@@ -143,9 +147,15 @@ def schedule_with_splits(schedule_whole, graph: OpGraph, cluster, enabled=True, 
             split_result = schedule_whole(apply_splits(graph, decisions), cluster)
         except InfeasibleError:  # the split graph's memory does not fit; the whole one did
             split_result = None
-        if split_result is not None and rank(split_result) < rank(result):
+        if split_result is not None:
+            whole_rank, split_rank = rank(result), rank(split_result)
             split_result.info.update(splits=decisions, unsplit_makespan=result.makespan)
-            result = split_result
+            if split_rank < whole_rank:
+                if not whole_rank[0]:
+                    split_result.info["split_alternative"] = ("without splits", result)
+                result = split_result
+            elif not split_rank[0]:
+                result.info["split_alternative"] = ("with splits", split_result)
     result.info.setdefault("splits", [])
     result.info["splits_planned"] = len(decisions)
     return result

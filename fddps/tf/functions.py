@@ -50,6 +50,7 @@ from .devices import check_devices_exist, device_matches, parse_device, same_dev
 from .graphdef import _tf
 from .place_graph import place_graph
 from .placement import Placement
+from .verify import check_budget, check_timer, finalist_count
 
 #: Name scope of the placed graph inside the function that runs it.
 _SCOPE = "placed"
@@ -402,7 +403,8 @@ def _unreadable_op(graph_def):
 # -- place and run --------------------------------------------------------------------------------
 def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None, batch=None,
                cost_model=None, algorithm="fddps", memory=None, override=False, fetches=None,
-               enforce_order="auto", unknown_dim=1, strategy=None, **options):
+               enforce_order="auto", unknown_dim=1, strategy=None, verify=None,
+               verify_budget=None, verify_timer=None, **options):
     """Place a Keras model's training step, or a ``tf.function`` step, and run it placed.
 
     Parameters
@@ -428,6 +430,15 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
         ``tf.TensorSpec``); the step is placed for its shapes.
     cost_model, algorithm, memory, enforce_order, unknown_dim, **options
         As for :func:`fddps.tf.place`.
+    verify, verify_budget, verify_timer
+        As for :func:`fddps.tf.place`; on by default here: the finalists' placed
+        steps run on the example batch (a ``tf.TensorSpec`` as random values),
+        interleaved (:mod:`fddps.tf.verify`), and the fastest measured is
+        returned. Every variable the step captures (weights, optimizer slots
+        and iteration counter, metric totals, seed states) is read before and
+        assigned back after, bit for bit: verifying does not train the model.
+        A step capturing another kind of resource (a table, an iterator) is
+        not run; ``info["verified"]["reason"]`` says so.
     override : bool
         Let fddps move ops the step's code pinned with ``tf.device`` (the
         variables and the ops on them still stay with the variables).
@@ -462,6 +473,13 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
     if fetches is not None:
         raise FddpsError("fetches= is not used for a Keras model or tf.function step: the "
                          "placed step runs the step's outputs and all its stateful ops")
+    for name in ("feed_dict", "init", "target"):
+        if options.get(name) not in (None, ""):
+            raise FddpsError(f"{name}= is for verifying a GraphDef; a Keras model or "
+                             "tf.function step is verified on its example inputs")
+        options.pop(name, None)
+    count = finalist_count(verify, default_on=True)
+    budget, timer = check_budget(verify_budget), check_timer(verify_timer)
     # The placed step runs in this process: its devices must exist here.
     check_devices_exist(devices)
     keras_model = step if is_keras_model(step) else None
@@ -514,7 +532,26 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
         options["strategy"] = strategy
     p = place_graph(gd, devices, cost_model, algorithm, memory,
                     fetches=step_fetches, enforce_order=enforce_order,
-                    unknown_dim=unknown_dim, **options)
+                    unknown_dim=unknown_dim, finalists=count, **options)
+    step_kind = "keras" if keras_model is not None else "tf.function"
+    if not count:
+        return _as_step(p, cf, sg, specs, keras_model, step_kind)
+    finalists = [(label, _as_step(q, cf, sg, specs, keras_model, step_kind, warn=False))
+                 for label, q in (p.finalists or [("chosen", p)])]
+    p.finalists = []
+    example = batch if keras_model is not None else example_inputs
+    if keras_model is None and isinstance(example, (tuple, list)):
+        example = tuple(example)
+    elif keras_model is None:
+        example = (example,) if example is not None else tuple(specs)
+    chosen = _verify_step(finalists, sg, example, budget, timer)
+    _warn_followed(chosen.info["ops_with_their_variables"])
+    return chosen
+
+
+def _as_step(p, cf, sg, specs, keras_model, step_kind, warn=True):
+    """The :class:`StepPlacement` of a placement of the traced step: its captured handles
+    turned back into the step's placeholders, ops on a variable put with it."""
     _drop_unset_attrs(p.graph_def)
     fed = {name.split(":")[0] for name in sg["arg_names"]}
     fed.update(name.split(":")[0] for name, _ in sg["captures"])
@@ -529,14 +566,103 @@ def place_step(step, devices, example_inputs=None, *, loss=None, optimizer=None,
     followed = follow_resources(p.graph_def, {name: written(captured[name + ":0"].device)
                                               for name in sg["placeholders"]})
     p.info["ops_with_their_variables"] = followed
+    if warn:
+        _warn_followed(followed, stacklevel=5)
+    p.info["step"] = step_kind
+    return StepPlacement(p, cf, sg, specs, keras_model)
+
+
+def _warn_followed(followed, stacklevel=4):
     if followed:
         warnings.warn(
             f"{len(followed)} ops read or update a variable on another device than they were "
             f"placed on (e.g. {followed[0][0]!r} placed on {followed[0][1]}, variable on "
             f"{followed[0][2]}); TensorFlow runs them with the variable, so the placed step "
-            "puts them there (the predicted step time is the plan's)", stacklevel=3)
-    p.info["step"] = "keras" if keras_model is not None else "tf.function"
-    return StepPlacement(p, cf, sg, specs, keras_model)
+            "puts them there (the predicted step time is the plan's)", stacklevel=stacklevel)
+
+
+def _example_values(example, seed=0):
+    """The example inputs as tensors: arrays and tensors as given, a ``tf.TensorSpec`` as a
+    random tensor of its shape and dtype (floats standard normal, the rest zeros)."""
+    tf = _tf()
+    rng = np.random.default_rng(seed)
+
+    def value(v):
+        if isinstance(v, tf.TensorSpec):
+            dtype = v.dtype.base_dtype
+            shape = v.shape.as_list()
+            if dtype.is_floating:
+                return tf.constant(rng.standard_normal(shape).astype(dtype.as_numpy_dtype))
+            return tf.zeros(shape, dtype)
+        return v
+
+    return tf.nest.map_structure(value, example)
+
+
+def _verify_step(finalists, sg, example, budget, timer):
+    """Time the placed steps of ``finalists`` (label, :class:`StepPlacement`) on the example
+    batch; the fastest measured, with ``info["verified"]``.
+
+    The step's variables (weights, optimizer slots and iteration counter,
+    metric totals, random seed states) are read before the first timed step
+    and assigned back afterwards, bit for bit, so verifying does not train
+    the model. A step that captures a resource other than a variable (a
+    lookup table, an iterator) is not run: its state could not be put back.
+    """
+    import time as _time
+
+    from tensorflow.python.eager import context
+
+    from .verify import not_verified, verify_finalists
+
+    t0 = _time.perf_counter()
+    predicted = [(label, q.makespan) for label, q in finalists]
+    others = [name for name in sg["placeholders"] if name not in sg["variables"]]
+    if len(finalists) < 2:
+        record = not_verified(predicted, "one distinct finalist: nothing to choose between",
+                              budget=budget)
+    elif others:
+        record = not_verified(predicted, f"the step captures resource {others[0]!r}, not a "
+                              "variable: its state could not be restored after timing",
+                              budget=budget)
+    else:
+        args = _example_values(example)
+        variables = list(sg["variables"].values())
+        saved = [v.numpy() for v in variables]
+
+        def prepare(k):
+            q = finalists[k][1]
+            runner, flat = q._build(), q._flat_args(args)
+
+            def run():
+                runner(*flat)
+                context.async_wait()
+
+            run()
+            return run
+
+        try:
+            record = verify_finalists(predicted, prepare, budget=budget, timer=timer)
+        finally:
+            for v, value in zip(variables, saved):
+                v.assign(value)
+            context.async_wait()
+    first = finalists[0][1]
+    chosen = finalists[record["returned_index"]][1]
+    seconds = _time.perf_counter() - t0
+    info = first.info
+    chosen.info.update({key: info[key] for key in ("read_seconds", "decide_seconds",
+                                                   "write_seconds")})
+    chosen.info.update(verified=record, verify_seconds=seconds,
+                       place_seconds=info["place_seconds"] + seconds)
+    if chosen is not first:
+        chosen.info["algorithm"] = info.get("algorithm", chosen.info.get("algorithm"))
+        for key in ("search_info", "search_seconds", "tofu_plan"):
+            if key in info:
+                chosen.info.setdefault(key, info[key])
+        if "search" in info:
+            chosen.info["search"] = record["returned"]
+    return chosen
 
 
 class StepPlacement(Placement):
@@ -655,6 +781,10 @@ class StepPlacement(Placement):
         context.async_wait()
         ctx = context.context()
         if first:  # the partition graphs are built, and reported, once: on the first call
+            # Once run metadata was on, TensorFlow keeps collecting the partition graphs
+            # of functions instantiated later (other placed steps, verify's finalists):
+            # drop them, so that ran_on is this step's own.
+            ctx.export_run_metadata()
             ctx.enable_run_metadata()
         try:
             outs = self._runner(*flat)

@@ -49,7 +49,8 @@ from .place_graph import place_graph
 
 def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
           override=False, fetches=None, enforce_order="auto", unknown_dim=1, session_config=None,
-          topology="auto", strategy=None, **options):
+          topology="auto", strategy=None, verify=None, verify_budget=None, verify_timer=None,
+          feed_dict=None, init=None, target="", **options):
     """Place and order a TensorFlow graph on devices so one step finishes soonest.
 
     Parameters
@@ -124,6 +125,42 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         (:func:`fddps.tf.strategy_rewrite.place_strategy`; e.g.
         ``fddps.data_parallel(graph_def, devices, fetches)``); ``algorithm``,
         ``override``, ``enforce_order`` and ``options`` are then not used.
+    verify : None, bool or int
+        Measure before committing (:mod:`fddps.tf.verify`): time the
+        finalists on the devices and return the fastest measured, never one
+        slower than the best one-device graph. The finalists: the placement
+        the algorithm chose, the best one-device graph, and the runners-up
+        the decision already has (a scheduler's: its schedule with and
+        without order edges, with and without its splits; ``auto``'s: the
+        other candidates it wrote; a strategy's or Tofu's: none), at most
+        ``verify`` of them. ``None`` (default): on for Keras models and
+        ``tf.function`` steps (timed on their example batch, the step's
+        variables restored afterwards bit for bit), off for graphs;
+        ``True``: at most :data:`~fddps.tf.verify.DEFAULT_FINALISTS`
+        finalists; an int >= 2: at most that many; ``False``: off.
+        ``info["verified"]`` and :meth:`Placement.summary` report each
+        finalist's predicted and measured step and which was returned, or
+        why the graph could not be run (then the predicted best is returned).
+    verify_budget : float, optional
+        Seconds verification may take, building the finalists included
+        (default :data:`~fddps.tf.verify.DEFAULT_BUDGET`, 3 s); at least
+        :data:`~fddps.tf.verify.MIN_ROUNDS` timed steps per finalist are
+        always run, and the rounds stop early when one finalist is clearly best.
+    verify_timer : callable, optional
+        ``timer(label, run) -> seconds`` of one timed step of the finalist
+        ``label`` (default: the wall time of ``run()``); for tests and other clocks.
+    feed_dict : mapping, optional
+        A graph's verification: tensor (or placeholder) name -> value fed to
+        every step; placeholders not given get random values of their shape
+        and dtype (floats standard normal, integers zero).
+    init : str or list of str, optional
+        A graph's verification: the op(s) that initialise its variables
+        (default: the graph's ``init`` op, else each variable's ``/Assign``).
+    target : str
+        A graph's verification: the session target that reaches the devices
+        (``""``: this process; ``cluster.target`` of :func:`local_cluster`).
+        Each finalist runs in its own session with isolated state, so
+        variables on the servers are not touched.
     **options
         Passed to the algorithm (e.g. ``insertion=False`` for FD-DPS). FD-DPS
         and FastT split ops where the cost model says it pays (intra-op
@@ -146,6 +183,11 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
         any given device (named).
     UnknownAlgorithmError
         For an unknown ``algorithm``.
+    FddpsError
+        For a bad ``verify``, ``verify_budget`` or ``verify_timer`` (named);
+        ``feed_dict``, ``init`` or ``target`` given with a Keras model or step.
+        A graph that cannot be run while verifying raises nothing: its
+        placement says why in ``info["verified"]["reason"]``.
     """
     if callable(graph_def):  # a Keras model or a tf.function step: fddps.tf.functions
         from .functions import place_step
@@ -155,11 +197,16 @@ def place(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *
             if "example_inputs" in options:
                 raise FddpsError("example_inputs given twice (third argument and keyword)")
             options["example_inputs"], cost_model = cost_model, None
+        for name, value in (("feed_dict", feed_dict), ("init", init), ("target", target)):
+            if value not in (None, ""):
+                options[name] = value  # place_step names them as not for a step
         return place_step(graph_def, devices, cost_model=cost_model, algorithm=algorithm,
                           memory=memory, override=override, fetches=fetches,
                           enforce_order=enforce_order, unknown_dim=unknown_dim,
-                          strategy=strategy, **options)
+                          strategy=strategy, verify=verify, verify_budget=verify_budget,
+                          verify_timer=verify_timer, **options)
     return place_graph(graph_def, devices, cost_model, algorithm, memory, override=override,
                        fetches=fetches, enforce_order=enforce_order, unknown_dim=unknown_dim,
                        session_config=session_config, topology=topology, strategy=strategy,
-                       **options)
+                       verify=verify, verify_budget=verify_budget, verify_timer=verify_timer,
+                       feed_dict=feed_dict, init=init, target=target, **options)

@@ -12,6 +12,12 @@ and hands that analysis to the one stage that decides and writes:
 ``info`` gains ``read_seconds`` (analysing the graph), ``decide_seconds``
 (scheduling or searching), ``write_seconds`` (the rest: writing the placed
 graph and predicting its step) and ``place_seconds`` (all of it).
+
+With ``verify``, each path also writes its finalists (its runners-up, the
+one-device graph), from what it decided, not from reading the graph again,
+and :func:`fddps.tf.verify.verify_graphs` times them on the devices; the
+fastest measured is returned (``info["verified"]``, ``verify_seconds``;
+``place_seconds`` includes it).
 """
 
 from __future__ import annotations
@@ -22,23 +28,37 @@ from ..errors import FddpsError
 from .graphdef import analyse
 from .read import cpu_preset_facts, default_cost_model_or_error
 from .schedule_place import place_scheduled
-from .search_place import place_searched, place_tofu
+from .search_place import one_device_finalist, place_searched, place_tofu
 from .strategy_rewrite import place_strategy
+from .verify import (check_budget, check_timer, distinct_finalists, finalist_count,
+                     verify_graphs)
 
 
 def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
                 override=False, fetches=None, enforce_order="auto", unknown_dim=1,
-                session_config=None, topology="auto", strategy=None, **options):
+                session_config=None, topology="auto", strategy=None, verify=None,
+                verify_budget=None, verify_timer=None, feed_dict=None, init=None, target="",
+                finalists=0, **options):
     """:func:`fddps.tf.place` for a GraphDef, ``tf.Graph``, serialized bytes or path;
     the same parameters, returns and errors.
+
+    ``finalists`` (for :func:`fddps.tf.functions.place_step`, which times a
+    step itself): write up to that many finalists into ``placement.finalists``
+    without timing them; ``verify`` then must be off.
 
     Raises
     ------
     FddpsError
-        For a bad ``enforce_order``, or ``enforce_order=True`` without ``fetches``.
+        For a bad ``enforce_order``, or ``enforce_order=True`` without
+        ``fetches``; a bad ``verify``, ``verify_budget`` or ``verify_timer``.
     """
     from ..search import available_searches
 
+    count = finalist_count(verify, default_on=False)
+    budget, timer = check_budget(verify_budget), check_timer(verify_timer)
+    if count and finalists:
+        raise FddpsError("place_graph: give verify or finalists, not both")
+    finalists = max(int(finalists), count)
     if enforce_order not in (True, False, "auto"):
         raise FddpsError(f"enforce_order must be True, False or 'auto', got {enforce_order!r}")
     if enforce_order is True and fetches is None:
@@ -55,9 +75,14 @@ def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=N
     if strategy is not None:
         placement = place_strategy(analysis, devices, strategy, cost_model, memory,
                                    fetches=fetches, unknown_dim=unknown_dim)
+        if finalists:
+            placement.finalists = distinct_finalists(
+                [(strategy.name or "strategy", placement)]
+                + one_device_finalist(analysis, placement.cluster, cost_model, memory, fetches,
+                                      unknown_dim, placement), finalists)
     elif algorithm == "tofu":
         placement = place_tofu(analysis, devices, cost_model, memory, fetches, unknown_dim,
-                               options)
+                               options, finalists=finalists)
     elif algorithm in available_searches():
         default = None
         if algorithm == "auto":  # never predicted slower than the default's own placement
@@ -69,16 +94,48 @@ def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=N
                                       session_config=session_config, topology=topology)
         placement = place_searched(analysis, devices, algorithm, cost_model, memory,
                                    fetches=fetches, unknown_dim=unknown_dim, default=default,
+                                   finalists=finalists,
                                    **options)
     else:
         placement = place_scheduled(analysis, devices, scheduler, cost_model, memory,
                                     override=override, fetches=fetches,
                                     enforce_order=enforce_order, session_config=session_config,
-                                    topology=topology)
+                                    topology=topology, finalists=finalists)
     info = placement.info
     info.update(cpu_preset_facts(cost_model, placement.cluster))
     total = time.perf_counter() - t0
     decide = float(info.get("decide_seconds", info.get("search_seconds", 0.0)))
     info.update(read_seconds=read_seconds, decide_seconds=decide,
                 write_seconds=max(total - read_seconds - decide, 0.0), place_seconds=total)
+    if count:
+        placement = _verified(placement, analysis, fetches, feed_dict, init, target,
+                              session_config, budget, timer)
     return placement
+
+
+def _verified(placement, analysis, fetches, feed_dict, init, target, session_config, budget,
+              timer):
+    """The finalist of ``placement.finalists`` measured fastest, with ``info["verified"]``."""
+    t0 = time.perf_counter()
+    finalists = placement.finalists or [("chosen", placement)]
+    record = verify_graphs(analysis, finalists, fetches, feed_dict=feed_dict, init=init,
+                           target=target, session_config=session_config,
+                           devices=list(placement.cluster.names), budget=budget, timer=timer)
+    chosen = finalists[record["returned_index"]][1]
+    for _, p in finalists:
+        p.finalists = []
+    seconds = time.perf_counter() - t0
+    info = placement.info
+    # The four stages add up to the call: read, decide, write (all finalists), verify.
+    chosen.info.update({key: info[key] for key in ("read_seconds", "decide_seconds",
+                                                   "write_seconds")})
+    chosen.info.update(verified=record, verify_seconds=seconds,
+                       place_seconds=info["place_seconds"] + seconds)
+    if chosen is not placement:  # what the decision was, whichever finalist is returned
+        chosen.info["algorithm"] = info.get("algorithm", chosen.info.get("algorithm"))
+        for key in ("search_info", "search_seconds", "tofu_plan"):
+            if key in info:
+                chosen.info.setdefault(key, info[key])
+        if "search" in info:
+            chosen.info["search"] = record["returned"]
+    return chosen

@@ -29,6 +29,12 @@ class Placement:
     info : dict
         Facts about reading and scheduling (see :func:`read_graph_def`), plus
         ``place_seconds`` (wall time of :func:`place`) and ``order_edges_added``.
+        With ``place(..., verify=...)``, ``verified``: the finalists timed on
+        the devices (:func:`fddps.tf.verify.verify_finalists`'s record: each
+        finalist's label, predicted and measured step seconds, which was
+        returned, rounds, seconds; or ``reason``, why it was not verified).
+    finalists : list of (str, Placement)
+        While :func:`place` verifies: the placements it times (empty otherwise).
     """
 
     def __init__(self, graph_def, schedule, cluster, ops, info):
@@ -37,6 +43,7 @@ class Placement:
         self.cluster = cluster
         self.ops = ops
         self.info = info
+        self.finalists = []
 
     @property
     def makespan(self) -> float:
@@ -128,10 +135,14 @@ class Placement:
                    f"score: {info['expansion_makespan'] * scale:.4g} {unit})"
                    if "expansion_makespan" in info else "")
         used = int((counts > 0).sum())
+        verified = info.get("verified") or {}
+        why_one = ("measured faster than the finalists spread over several"
+                   if verified.get("returned", "") != verified.get("predicted_best", "")
+                   else "spreading the step was predicted slower")
         lines = [
             f"fddps placement ({info.get('algorithm', s.algorithm)}): {info['ops']} of "
             f"{info['nodes']} nodes scheduled on {used} of the {c.num_devices} devices given"
-            + (" (all on one device: spreading the step was predicted slower)"
+            + (f" (all on one device: {why_one})"
                if used == 1 and c.num_devices > 1 else "") + written,
             f"predicted step time {s.makespan * scale:.4g} {unit}"
             + (f"; best single device {best_single * scale:.4g} {unit} "
@@ -215,6 +226,10 @@ class Placement:
             lines.append(f"order control edges added: {info['order_edges_added']}")
         if info.get("cpu_preset_note"):
             lines.append(info["cpu_preset_note"])
+        if info.get("verified"):
+            from .verify import describe
+
+            lines += describe(info["verified"], scale, unit)
         lines.append(f"place() took {info['place_seconds']:.3g} s"
                      + (f" (reading {info['read_seconds']:.3g} s)" if "read_seconds" in info else ""))
         return "\n".join(lines)

@@ -23,6 +23,7 @@ from .devices import make_cluster
 from .fetches import record_fetches
 from .placement import Placement
 from .read import read_graph_def
+from .verify import ONE_DEVICE, distinct_finalists
 from .write import add_order_edges, assign_off_step, write_devices
 
 
@@ -70,13 +71,22 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
 
 
 def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, override=False,
-                    fetches=None, enforce_order="auto", session_config=None, topology="auto"):
+                    fetches=None, enforce_order="auto", session_config=None, topology="auto",
+                    finalists=0):
     """Schedule an analysed graph with ``scheduler`` and write it placed; a :class:`Placement`.
 
     Parameters are :func:`fddps.tf.place`'s (``analysis`` from
     :func:`fddps.tf.graphdef.analyse`, ``scheduler`` an algorithm instance from
     :func:`fddps.get_algorithm`). ``info`` gains ``decide_seconds`` (the
     schedule and the order guard).
+
+    ``finalists``: when > 0, the placement's ``finalists`` holds up to that
+    many distinct placements to time (``place(..., verify=...)``), best
+    predicted first: this one; the best one-device graph; the scheduled order
+    enforced or left to TensorFlow (whichever this one is not); the schedule
+    with or without its splits (whichever this one is not). They come from
+    the schedules already made (the best single device is one sum), never
+    from reading the graph again.
     """
     t0 = time.perf_counter()
     algorithm = scheduler.name
@@ -84,48 +94,100 @@ def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, ov
                            topology=topology)
     graph, info = read_graph_def(analysis, cost_model, cluster, override, fetches=fetches)
     t_read = time.perf_counter()
-    schedule = scheduler.schedule(graph, cluster)
-    schedule, enforce_order, guard = order_guard(graph, cluster, schedule, enforce_order,
+    scheduled = scheduler.schedule(graph, cluster)
+    schedule, enforce_order, guard = order_guard(graph, cluster, scheduled, enforce_order,
                                                  fetches is not None)
     t_decided = time.perf_counter()
-    decisions = list(schedule.info.get("splits") or [])
-    split_graph = schedule.graph
-    if decisions:
-        missing = [name for name in graph.names if name not in split_graph.index]
-        if missing:
-            raise FddpsError(f"algorithm {algorithm!r} split the graph but dropped op "
-                             f"{missing[0]!r}; the TensorFlow writer cannot place it")
-        step_device = schedule.device[[split_graph.index[name] for name in graph.names]]
-    elif split_graph.num_ops != graph.num_ops:
-        raise FddpsError(f"algorithm {algorithm!r} changed the graph ({graph.num_ops} -> "
-                         f"{split_graph.num_ops} ops) without reporting splits; the "
-                         "TensorFlow writer cannot place it")
-    else:
-        step_device = schedule.device
-    keep = info["step_nodes"]
-    device = assign_off_step(analysis, keep, step_device, cluster, override)
 
-    def split_device(name):
-        return cluster.names[int(schedule.device[split_graph.index[name]])]
+    def write(schedule, enforce_order, guard, info):
+        """The :class:`Placement` of ``schedule``, with order edges when ``enforce_order``."""
+        decisions = list(schedule.info.get("splits") or [])
+        split_graph = schedule.graph
+        if decisions:
+            missing = [name for name in graph.names if name not in split_graph.index]
+            if missing:
+                raise FddpsError(f"algorithm {algorithm!r} split the graph but dropped op "
+                                 f"{missing[0]!r}; the TensorFlow writer cannot place it")
+            step_device = schedule.device[[split_graph.index[name] for name in graph.names]]
+        elif split_graph.num_ops != graph.num_ops:
+            raise FddpsError(f"algorithm {algorithm!r} changed the graph ({graph.num_ops} -> "
+                             f"{split_graph.num_ops} ops) without reporting splits; the "
+                             "TensorFlow writer cannot place it")
+        else:
+            step_device = schedule.device
+        keep = info["step_nodes"]
+        device = assign_off_step(analysis, keep, step_device, cluster, override)
 
-    out = write_devices(analysis, [cluster.names[k] for k in device.tolist()], decisions,
-                         split_device)
-    order_edges = add_order_edges(out, analysis, keep, schedule) if enforce_order else 0
-    if fetches:
-        record_fetches(out, fetches)  # so `fddps simulate` of the file predicts this step
-    # Without order edges TensorFlow's executor picks the order on each device:
-    # predict that step too (a first-in-first-out executor), which may be slower.
-    if enforce_order:
-        executor = schedule.makespan
-    elif not guard["order_guard"] and np.isfinite(guard["tf_order_makespan"]):
-        executor = guard["tf_order_makespan"]  # the guard predicted this schedule already
-    else:
-        executor = float(simulate(split_graph, cluster, schedule.device).makespan)
-    info.update(order_edges_added=order_edges, decide_seconds=t_decided - t_read,
-                executor_makespan=executor, **guard,
-                place_seconds=time.perf_counter() - t0, algorithm=algorithm,
-                cost_model=repr(cost_model), splits=len(decisions),
-                split_nodes_added=len(out.node) - len(analysis.graph_def.node))
-    return Placement(out, schedule, cluster, analysis.table, info)
+        def split_device(name):
+            return cluster.names[int(schedule.device[split_graph.index[name]])]
+
+        out = write_devices(analysis, [cluster.names[k] for k in device.tolist()], decisions,
+                            split_device)
+        order_edges = add_order_edges(out, analysis, keep, schedule) if enforce_order else 0
+        if fetches:
+            record_fetches(out, fetches)  # so `fddps simulate` of the file predicts this step
+        # Without order edges TensorFlow's executor picks the order on each device:
+        # predict that step too (a first-in-first-out executor), which may be slower.
+        if enforce_order:
+            executor = schedule.makespan
+        elif not guard["order_guard"] and np.isfinite(guard["tf_order_makespan"]):
+            executor = guard["tf_order_makespan"]  # the guard predicted this schedule already
+        else:
+            executor = float(simulate(split_graph, cluster, schedule.device).makespan)
+        info.update(order_edges_added=order_edges, decide_seconds=t_decided - t_read,
+                    executor_makespan=executor, **guard,
+                    place_seconds=time.perf_counter() - t0, algorithm=algorithm,
+                    cost_model=repr(cost_model), splits=len(decisions),
+                    split_nodes_added=len(out.node) - len(analysis.graph_def.node))
+        return Placement(out, schedule, cluster, analysis.table, info)
+
+    if finalists <= 0:
+        return write(schedule, enforce_order, guard, info)
+    base = dict(info)  # each finalist's info starts from what reading the graph found
+    placement = write(schedule, enforce_order, guard, info)
+    unguarded = {"order_guard": "", "tf_order_makespan": float("nan"),
+                 "single_makespan": float("nan")}
+    candidates = [(_label(algorithm, placement), placement)]
+
+    def add(label, schedule, enforce):
+        if len(candidates) < 2 * finalists:
+            candidates.append((label, write(schedule, enforce, unguarded, dict(base))))
+
+    from ..algorithms import get_algorithm
+
+    try:
+        single = get_algorithm("single").schedule(graph, cluster)
+    except InfeasibleError:  # no device holds the whole step: no one-device finalist
+        single = None
+    if single is not None:
+        add(ONE_DEVICE, single, False)
+    # With and without the order guard: the schedule in the order TensorFlow picks
+    # itself and in the scheduled order (order edges need fetches).
+    spread = _devices_used(scheduled) > 1
+    if spread and schedule is not scheduled:  # the guard fell back to one device
+        add(f"{algorithm}, TensorFlow's order", scheduled, False)
+        if fetches is not None:
+            add(f"{algorithm}, order enforced", scheduled, True)
+    elif spread and fetches is not None:
+        add(f"{algorithm}, " + ("TensorFlow's order" if enforce_order else "order enforced"),
+            scheduled, not enforce_order)
+    alternative = scheduled.info.get("split_alternative")
+    if alternative is not None and _devices_used(alternative[1]) > 1:
+        enforced = bool(enforce_order) and schedule is scheduled
+        add(f"{algorithm} {alternative[0]}" + (", order enforced" if enforced else ""),
+            alternative[1], enforced)
+    placement.finalists = distinct_finalists(candidates, finalists)
+    return placement
 
 
+def _devices_used(schedule) -> int:
+    return len(set(schedule.device.tolist()))
+
+
+def _label(algorithm, placement) -> str:
+    """What to call a scheduler's own placement among the finalists."""
+    info = placement.info
+    edges = ", order enforced" if info.get("order_edges_added") else ""
+    if _devices_used(placement.schedule) == 1:
+        return ONE_DEVICE + edges
+    return algorithm + edges

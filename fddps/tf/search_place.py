@@ -18,10 +18,11 @@ from .devices import make_cluster
 from .graphdef import analyse
 from .strategy_graph import step_graph
 from .strategy_rewrite import place_strategy
+from .verify import ONE_DEVICE, distinct_finalists
 
 
 def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fetches=None,
-                   unknown_dim=1, default=None, **options):
+                   unknown_dim=1, default=None, finalists=0, **options):
     """Search a strategy with ``algorithm`` and place it; the :class:`~fddps.tf.placement.Placement`.
 
     ``info`` gains ``search`` (the search that found the strategy; for
@@ -31,6 +32,12 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
     same graph (``auto`` is given it): returned instead when the search's
     answer, as written, is not predicted faster, so ``auto`` is never
     predicted slower than the default.
+
+    ``finalists``: when > 0, the placement's ``finalists`` holds up to that
+    many distinct placements to time (``place(..., verify=...)``): this one,
+    the one-device graph, and for ``auto`` the other candidates it wrote
+    (its baselines and runners-up, the default's placement), fastest
+    predicted first, that fit memory.
 
     Raises
     ------
@@ -51,13 +58,42 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
                               fetches=fetches, unknown_dim=unknown_dim, step=step)
 
     placement, search_name = write(result.strategy), result.search
+    written = {}
     if result.candidates:
-        placement, search_name = _retime_written(result, placement, write, default=default)
+        placement, search_name, written = _retime_written(result, placement, write,
+                                                          default=default)
     decided = result.seconds + (default.info.get("decide_seconds", 0.0) if default else 0.0)
     placement.info.update(algorithm=algorithm, search=search_name, search_info=result.info,
                           search_seconds=result.seconds, decide_seconds=decided,
                           place_seconds=time.perf_counter() - t0)
+    if finalists > 0:
+        others = sorted(((n, p) for n, p in written.items() if p is not placement and _fits(p)),
+                        key=lambda item: item[1].executor_makespan)
+        one = [item for item in others if item[0] == ONE_DEVICE]
+        if not one:
+            one = one_device_finalist(analysis, cluster, cost_model, memory, fetches,
+                                      unknown_dim, placement)
+        rest = [item for item in others if item[0] != ONE_DEVICE]
+        placement.finalists = distinct_finalists([(search_name, placement)] + one + rest,
+                                                 finalists)
     return placement
+
+
+def one_device_finalist(analysis, cluster, cost_model, memory, fetches, unknown_dim, placement):
+    """``[("one device", Placement)]``: the whole step on the device ``placement`` found fastest
+    for it (``info["single_device"]``), written as a strategy; empty when it does not fit."""
+    from ..strategy.strategy import whole_placement
+
+    device = placement.info.get("single_device") or cluster.names[0]
+    strategy = whole_placement({}, device)
+    strategy.name = ONE_DEVICE
+    with warnings.catch_warnings():  # the chosen placement's writing named them already
+        from costmodel import ProfileCoverageWarning
+
+        warnings.simplefilter("ignore", ProfileCoverageWarning)
+        one = place_strategy(analysis, list(cluster.names), strategy, cost_model, memory,
+                             fetches=fetches, unknown_dim=unknown_dim)
+    return [(ONE_DEVICE, one)] if _fits(one) else []
 
 
 #: Candidates of ``auto`` always written and re-timed: what it promises never to be slower than.
@@ -90,7 +126,8 @@ def _retime_written(result, placement, write, runners_up: int = 2, default=None)
     that wins by less than that approximation can be slower than a baseline
     as written.
     ``result.info`` gains ``written_steps`` (seconds, by candidate) and
-    ``written_winner``. Returns the placement and the name of its candidate.
+    ``written_winner``. Returns the placement, the name of its candidate and
+    every candidate written (name -> placement).
     """
     info, winner = result.info, result.search
     fits = info["fits"]
@@ -116,12 +153,14 @@ def _retime_written(result, placement, write, runners_up: int = 2, default=None)
     fitting = [n for n in names if _fits(written[n])] or names
     best = min(fitting, key=lambda n: (steps[n], names.index(n)))
     info["written_steps"], info["written_winner"] = steps, best
-    return written[best], best
+    return written[best], best, written
 
 
-def place_tofu(graph_def, devices, cost_model, memory, fetches, unknown_dim, options):
+def place_tofu(graph_def, devices, cost_model, memory, fetches, unknown_dim, options,
+               finalists=0):
     """:func:`fddps.tf.place` with ``algorithm="tofu"``: Tofu's plan
-    (:class:`fddps.search.tofu.Tofu`, ``options`` passed to it), written as a strategy."""
+    (:class:`fddps.search.tofu.Tofu`, ``options`` passed to it), written as a strategy.
+    ``finalists`` > 0: ``placement.finalists`` holds it and the one-device graph."""
     from ..search.tofu import Tofu
 
     analysis = analyse(graph_def, unknown_dim)
@@ -131,4 +170,9 @@ def place_tofu(graph_def, devices, cost_model, memory, fetches, unknown_dim, opt
                                fetches=fetches, unknown_dim=unknown_dim)
     placement.info.update(algorithm="tofu", search_seconds=plan.search_seconds,
                           comm_bytes=plan.comm_bytes, tofu_plan=plan)
+    if finalists > 0:
+        placement.finalists = distinct_finalists(
+            [("tofu", placement)] + one_device_finalist(analysis, cluster, cost_model, memory,
+                                                        fetches, unknown_dim, placement),
+            finalists)
     return placement

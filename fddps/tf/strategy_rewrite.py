@@ -758,6 +758,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
             "expansion_makespan": expansion.simulate(cluster).makespan,
             "sharded_variables": shards,
             "single_device_step": min(per_type[d.type] / d.speed for d in cluster.devices),
+            "single_device": min(cluster.devices, key=lambda d: per_type[d.type] / d.speed).name,
             "place_seconds": time.perf_counter() - t0}
     return Placement(out, schedule, cluster, analysis.table, info)
 
