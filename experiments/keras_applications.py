@@ -162,6 +162,7 @@ def measure(models=None, placements=None, on_row=None) -> pd.DataFrame:
     import keras
 
     keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")  # the global policy may be fixed at float32 already
     cost_model = test_cost_model()
     rows = []
     for name in models or list(builders(keras)):

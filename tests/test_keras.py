@@ -320,7 +320,7 @@ def test_place_passes_a_strategy_on_to_a_keras_step():
     # fddps.place(model, ..., strategy=...) used to drop the strategy silently and search.
     x, y = _batches(1)
     p = fddps.place(_cnn(), DEVICES[:2], COST_MODEL, batch=(x[0], y[0]), optimizer="sgd",
-                    loss=_loss(), strategy="data_parallel")
+                    loss=_loss(), strategy="data_parallel", verify=False)
     assert p.info["algorithm"] == "strategy" and p.info["strategy"] == "data parallel"
     with pytest.raises(FddpsError, match="strategy='model_parallel'"):
         fddps.place(_cnn(), DEVICES[:2], COST_MODEL, batch=(x[0], y[0]), optimizer="sgd",

@@ -36,9 +36,14 @@ CASES = [("attention (LayerNormalization)", "heft"),
 
 @pytest.fixture(scope="module")
 def float64():
+    # Both: Keras fixes its global dtype policy at floatx the first time a layer asks for it
+    # (after an earlier test built a model, set_floatx alone left some layers float32).
+    floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
     keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
     yield
-    keras.config.set_floatx("float32")
+    keras.config.set_floatx(floatx)
+    keras.config.set_dtype_policy(policy)
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +59,7 @@ def test_placed_step_equals_keras_in_float64(cases, model, placement):
     p, _ = case.place(placement)
     assert len(set(p.devices.values()) - {""}) == 2, "the placement does not spread the step"
     got = case.compare(p)
+    assert not [w.path for w in p.model.weights if w.dtype in ("float32", "float16")]
     assert got["devices_used"] == 2
     assert got["moved_ops"] == 0, p.moved_ops()[:5]
     assert got["loss_diff"] < 1e-9 * max(1.0, abs(case.want_loss))
