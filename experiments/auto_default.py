@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import (COST_MODEL_NOTE, MODELS, RESULTS, build_model, device_names,
-                                matplotlib_agg, save_csv_and_plot, tf_quiet)
+                                matplotlib_agg, save_csv_and_plot, tf_quiet, write_results_page)
 
 DEFAULT = "fddps"  # fddps.place's default algorithm when this experiment decided
 
@@ -106,42 +106,23 @@ def _plot(df, png):
     plt.close(fig)
 
 
-def markdown(df, command, seconds) -> str:
-    """The generated page: the command, the machine, the table of both algorithms per case."""
-    import datetime
-    import os
-    import platform
-
+def write_page(out, df, command, seconds):
+    """The generated page ``auto_default.md`` (see :func:`experiments.common.write_results_page`)."""
+    auto = df[df.algorithm == "auto"]
     cols = ["case", "algorithm", "step_ms", "scheduled_ms", "place_s", "winner",
             "step_vs_default", "time_vs_default", "skipped", "cut"]
-    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in df[cols].iterrows():
-        rows.append("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c])
-                                      for c in cols) + " |")
-    auto = df[df.algorithm == "auto"]
-    return "\n".join([
-        "# `auto` against `place()`'s default",
-        "",
-        f"Command: `{command}`  ",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared "
-        f"(seconds comparable only as ratios inside one run); {seconds:.0f} s in all.",
-        "",
+    return write_results_page(
+        out, "`auto` against `place()`'s default",
         f"`step_ms`: the predicted step of what the placed graph runs; `scheduled_ms`: the "
-        f"default's step in its scheduled order; `place_s`: `place()`'s wall-clock seconds; "
-        f"`winner`: what `auto` returned (a search, a baseline, or `fddps (place's "
-        f"default)`: the default algorithm's own placement). {COST_MODEL_NOTE}",
-        "",
-        f"`auto` predicted no slower than the default in {int((auto.step_vs_default <= 1).sum())} "
-        f"of {len(auto)} cases; its seconds {auto.time_vs_default.min():.1f}-"
-        f"{auto.time_vs_default.max():.1f}x the default's (median "
-        f"{auto.time_vs_default.median():.1f}x).",
-        "",
-        *rows,
-        "",
-        "![auto against the default](auto_default.png)",
-        "",
-    ])
+        f"default's step in its scheduled order; `place_s`: `place()`'s wall-clock seconds "
+        f"(comparable only as ratios inside one run); `winner`: what `auto` returned (a "
+        f"search, a baseline, or `fddps (place's default)`: the default algorithm's own "
+        f"placement). `auto` predicted no slower than the default in "
+        f"{int((auto.step_vs_default <= 1).sum())} of {len(auto)} cases; its seconds "
+        f"{auto.time_vs_default.min():.1f}-{auto.time_vs_default.max():.1f}x the default's "
+        f"(median {auto.time_vs_default.median():.1f}x). {COST_MODEL_NOTE}",
+        df[cols], command=command, seconds=seconds,
+        after="![auto against the default](auto_default.png)", floats="{:.3f}")
 
 
 def main(argv=None):
@@ -170,7 +151,7 @@ def main(argv=None):
     out = save_csv_and_plot(df, args.out, _plot)
     command = " ".join(["python -m experiments.auto_default",
                         *(argv if argv is not None else sys.argv[1:])])
-    out.with_suffix(".md").write_text(markdown(df, command, time.perf_counter() - start))
+    write_page(out, df, command, time.perf_counter() - start)
     return df
 
 

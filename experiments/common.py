@@ -480,17 +480,30 @@ def markdown_table(df: pd.DataFrame, floats: str = "{:.4g}") -> str:
     return "\n".join(lines)
 
 
+def cpu_model() -> str:
+    """This machine's CPU model (``/proc/cpuinfo``'s model name), else the platform's name."""
+    import platform
+
+    from costmodel.calibrate import cpu_key
+
+    try:
+        return cpu_key()["cpu_model"]
+    except (OSError, KeyError, ValueError):
+        return platform.processor() or platform.machine()
+
+
 def write_results_page(csv_path, title: str, what: str, df: pd.DataFrame | None = None,
-                       command: str | None = None, seconds: float | None = None) -> Path:
+                       command: str | None = None, seconds: float | None = None,
+                       after: str = "", floats: str = "{:.4g}") -> Path:
     """Write the generated page ``<csv_path>.md`` of an experiment from its CSV.
 
     The page says the command, the date and machine, what was measured
-    (``what``), and the table (``df``, default: the CSV itself). The docs
+    (``what``), the table (``df``, default: the CSV itself; floats formatted
+    with ``floats``) and ``after`` it (a figure, a note). The docs
     include it where a page has ``<!-- generated-results: NAME -->``.
     Returns the page's path.
     """
     import datetime
-    import platform
     import sys
 
     csv_path = Path(csv_path)
@@ -505,14 +518,27 @@ def write_results_page(csv_path, title: str, what: str, df: pd.DataFrame | None 
         "",
         f"Command: `{command}`  ",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with "
-        f"other jobs{took}. Generated from `{csv_path.name}`.",
+        f"{cpu_model()}, {os.cpu_count()} cores, shared with other jobs{took}. Generated from "
+        f"`{csv_path.name}`.",
         "",
         what,
         "",
-        markdown_table(df),
+        markdown_table(df, floats),
         "",
+        *([after, ""] if after else []),
     ])
     out = csv_path.with_suffix(".md")
     out.write_text(text)
     return out
+
+
+def quickstart_cnn(keras, seed=0):
+    """README's Keras quick start model (32x32x3 images, 10 classes), seeded."""
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.Input((32, 32, 3)),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(10)])

@@ -204,14 +204,14 @@ def main(argv=None):
     return results
 
 
-def write_page(out, results, seconds=None):
+def write_page(out, results, seconds=None, command=None):
     """The generated page ``fig4.md``: the summary table as printed."""
     return common.write_results_page(
         out, "Figure 4 on the current presets",
         "Two hosts of four simulated P100s (PCIe 3 inside a host; one shared network interface "
         "per host unless --no-nic). Speedup = (FastT - X) / FastT, the paper's measure; "
         "x_single = one GPU's time / X; cross_host_MB = bytes the schedule sends between hosts. "
-        + common.COST_MODEL_NOTE, summary(results), seconds=seconds)
+        + common.COST_MODEL_NOTE, summary(results), seconds=seconds, command=command)
 
 
 if __name__ == "__main__":

@@ -24,18 +24,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from .common import RESULTS, ensure_parent, tf_quiet
+from .common import RESULTS, ensure_parent, quickstart_cnn, tf_quiet
 
 
-def _cnn(keras, seed=0):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential([
-        keras.Input((32, 32, 3)),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(10)])
 
 
 def measure(devices: int = 4, batch: int = 32, steps: int = 15) -> pd.DataFrame:
@@ -56,11 +47,11 @@ def measure(devices: int = 4, batch: int = 32, steps: int = 15) -> pd.DataFrame:
     def loss():
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-    ref = _cnn(keras)
+    ref = quickstart_cnn(keras)
     ref.compile(optimizer="adam", loss=loss())
     runs = {"keras train_on_batch": (lambda: ref.train_on_batch(x, y), ref, None)}
     for n in sorted({1, devices}):
-        model = _cnn(keras)
+        model = quickstart_cnn(keras)
         t0 = time.perf_counter()
         p = fddps.place(model, names[:n], batch=(x, y), optimizer="adam", loss=loss())
         took = time.perf_counter() - t0

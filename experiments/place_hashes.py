@@ -21,7 +21,7 @@ import hashlib
 
 import pandas as pd
 
-from experiments.common import MODELS, build_model, device_names, tf_quiet
+from experiments.common import MODELS, build_model, device_names, quickstart_cnn, tf_quiet
 
 
 def digest(graph_def) -> str:
@@ -61,14 +61,7 @@ def quickstart_rows():
     from fddps.tf import local_cpu_devices
 
     devices = local_cpu_devices(4)
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((32, 32, 3)),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(10)])
+    model = quickstart_cnn(keras)
     x = np.random.default_rng(0).random((32, 32, 32, 3), dtype=np.float32)
     y = np.random.default_rng(1).integers(0, 10, 32)
     rows = []

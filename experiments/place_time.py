@@ -30,9 +30,6 @@ stages against the import) and the page ``place_time.md``.
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import statistics
 import sys
 import time
@@ -40,7 +37,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import MODELS, build_model, device_names, ensure_parent, matplotlib_agg, tf_quiet
+from experiments.common import (MODELS, build_model, device_names, ensure_parent, matplotlib_agg,
+                                quickstart_cnn, tf_quiet, write_results_page)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STAGES = ("trace_s", "read_s", "decide_s", "write_s")
@@ -107,14 +105,7 @@ def quickstart_row(rounds, progress=print) -> dict:
     imports, places, infos = [], [], []
     nodes = 0
     for r in range(rounds):
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([
-            keras.Input((32, 32, 3)),
-            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-            keras.layers.GlobalAveragePooling2D(),
-            keras.layers.Dense(10)])
+        model = quickstart_cnn(keras)
         t = time.perf_counter()
         p = fddps.place(model, devices, batch=(x, y), optimizer="adam",
                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -160,35 +151,21 @@ def plot(df: pd.DataFrame, path) -> Path:
     return Path(path)
 
 
-def markdown(df: pd.DataFrame, command: str, seconds: float) -> str:
-    cols = ["case", "nodes", "rounds", "import_s", "place_s", "ratio"] + list(STAGES)
-    table = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in df[cols].iterrows():
-        table.append("| " + " | ".join(
-            f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+def write_page(out, df: pd.DataFrame, command: str, seconds: float) -> Path:
+    """The generated page ``place_time.md`` (see :func:`experiments.common.write_results_page`)."""
     within = int((df["ratio"] <= 2.0).sum())
-    return "\n".join([
-        "# `place()`'s seconds by stage",
-        "",
-        f"Command: `{command}`  ",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared "
-        f"(timings comparable only as ratios inside one run); {seconds:.0f} s in all.",
-        "",
+    return write_results_page(
+        out, "`place()`'s seconds by stage",
         "`import_s`: TensorFlow's `import_graph_def` of the same GraphDef into a fresh graph "
         "(the Keras step: of its traced step); `place_s`: `fddps.place()` with the default "
         "algorithm; both medians of interleaved rounds. The stages are those `place()` reports "
         "(`Placement.info`): `read` (load and analyse once), `decide` (the scheduler), "
         "`write` (write the placed graph, predict its step); `trace` (Keras only) is tracing "
-        "the training step. `ratio` = place_s / import_s.",
-        "",
-        f"Within 2x TensorFlow's import: {within} of {len(df)} cases.",
-        "",
-        *table,
-        "",
-        "![place() by stage](place_time.png)",
-        "",
-    ])
+        "the training step. `ratio` = place_s / import_s. Timings comparable only as ratios "
+        f"inside one run. Within 2x TensorFlow's import: {within} of {len(df)} cases.",
+        df[["case", "nodes", "rounds", "import_s", "place_s", "ratio", *STAGES]],
+        command=command, seconds=seconds, after="![place() by stage](place_time.png)",
+        floats="{:.3g}")
 
 
 def main(argv=None):
@@ -214,7 +191,7 @@ def main(argv=None):
     plot(df, out.with_suffix(".png"))
     command = "python -m experiments.place_time" + (
         " " + " ".join(argv if argv is not None else sys.argv[1:]) if (argv or sys.argv[1:]) else "")
-    out.with_suffix(".md").write_text(markdown(df, command, time.perf_counter() - start))
+    write_page(out, df, command, time.perf_counter() - start)
     print(f"wrote {out}, {out.with_suffix('.png')}, {out.with_suffix('.md')}")
     return df
 

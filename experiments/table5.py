@@ -394,14 +394,14 @@ def main(argv=None):
     return results
 
 
-def write_page(out, results, algorithms, seconds=None):
+def write_page(out, results, algorithms, seconds=None, command=None):
     """The generated page ``table5.md``: the summary table (ms) as printed."""
     return common.write_results_page(
         out, "Table 5 on the current presets",
         "Step time in ms of the six networks on 2, 4 and 8 simulated P100s (the paper's "
         "batches, CIFAR-10 size); FD = FD-DPS with our refinement pass, FDp = FD-DPS(paper) = "
         "fddps:improve=False; speedup = (base - FD) / base; x1 = one GPU's time / FD-DPS's. "
-        + COST_MODEL_NOTE, summary(results, list(algorithms)), seconds=seconds)
+        + COST_MODEL_NOTE, summary(results, list(algorithms)), seconds=seconds, command=command)
 
 
 if __name__ == "__main__":

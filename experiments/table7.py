@@ -344,13 +344,13 @@ def main(argv=None):
     return results, splits, table6
 
 
-def write_page(out, results, seconds=None):
+def write_page(out, results, seconds=None, command=None):
     """The generated page ``table7.md``: the summary table as printed."""
     return common.write_results_page(
         out, "Table 7 on the current presets",
         "Step time in ms (ours) and s (paper); Speed = (D-DPS(-F) - FD-DPS) / D-DPS(-F); "
         "'paper alg.' = without our refinement pass. " + COST_MODEL_NOTE, summary(results),
-        seconds=seconds)
+        seconds=seconds, command=command)
 
 
 if __name__ == "__main__":

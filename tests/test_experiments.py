@@ -116,6 +116,8 @@ def test_table5_smoke(tmp_path, capsys):
     text = capsys.readouterr().out
     assert out.exists() and out.with_suffix(".png").stat().st_size > 0
     assert (tmp_path / "t5_graphs.csv").exists()
+    page = out.with_suffix(".md").read_text()  # generated from the run: command, table
+    assert "Command: `python -m experiments." in page and "| model | GPUs |" in page
     saved = pd.read_csv(out)
     assert len(saved) == len(df)
     want = {"single", "data_parallel", *common.DEFAULT_ALGORITHMS}
@@ -160,6 +162,7 @@ def test_fig4_smoke(tmp_path, capsys):
                             "fastt", "--no-nic", "--out", str(tmp_path / "f4.csv")])
     text = capsys.readouterr().out
     assert (tmp_path / "f4.png").stat().st_size > 0
+    assert "| model | strategy | step_ms |" in (tmp_path / "f4.md").read_text()
     assert set(df.strategy) == {"single", "fddps:improve=False", "fastt", "data_parallel"}
     placed = df[df.strategy.isin(["fddps:improve=False", "fastt"])]
     assert (placed.cross_host_bytes > 0).all()          # two hosts, one GPU each: work crosses

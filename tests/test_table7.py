@@ -26,6 +26,7 @@ def test_table7_smoke(tmp_path, capsys):
     assert t["fddps:improve=False"] <= t["fddps:improve=False,split=False"]
     assert saved.set_index("strategy").splits[["fddps:split=False", "mpdps"]].eq(0).all()
     assert (tmp_path / "t7_splits.csv").exists() and (tmp_path / "t7.png").stat().st_size > 0
+    assert "| model | batch |" in (tmp_path / "t7.md").read_text()
     assert table6.empty  # no VGG-16 in this run
     row = table7.summary(results).iloc[0]
     assert row["model"] == "resnet50" and row["D-DPS(-F) s"] == "0.735"

@@ -613,7 +613,7 @@ def _verify_step(finalists, sg, example, budget, timer):
 
     from tensorflow.python.eager import context
 
-    from .verify import not_verified, verify_finalists
+    from .verify import adopt, not_verified, verify_finalists
 
     t0 = _time.perf_counter()
     predicted = [(label, q.makespan) for label, q in finalists]
@@ -647,22 +647,8 @@ def _verify_step(finalists, sg, example, budget, timer):
             for v, value in zip(variables, saved):
                 v.assign(value)
             context.async_wait()
-    first = finalists[0][1]
     chosen = finalists[record["returned_index"]][1]
-    seconds = _time.perf_counter() - t0
-    info = first.info
-    chosen.info.update({key: info[key] for key in ("read_seconds", "decide_seconds",
-                                                   "write_seconds")})
-    chosen.info.update(verified=record, verify_seconds=seconds,
-                       place_seconds=info["place_seconds"] + seconds)
-    if chosen is not first:
-        chosen.info["algorithm"] = info.get("algorithm", chosen.info.get("algorithm"))
-        for key in ("search_info", "search_seconds", "tofu_plan"):
-            if key in info:
-                chosen.info.setdefault(key, info[key])
-        if "search" in info:
-            chosen.info["search"] = record["returned"]
-    return chosen
+    return adopt(chosen, finalists[0][1], record, _time.perf_counter() - t0)
 
 
 class StepPlacement(Placement):

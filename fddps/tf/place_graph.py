@@ -30,7 +30,7 @@ from .read import cpu_preset_facts, default_cost_model_or_error
 from .schedule_place import place_scheduled
 from .search_place import one_device_finalist, place_searched, place_tofu
 from .strategy_rewrite import place_strategy
-from .verify import (check_budget, check_timer, distinct_finalists, finalist_count,
+from .verify import (adopt, check_budget, check_timer, distinct_finalists, finalist_count,
                      verify_graphs)
 
 
@@ -125,17 +125,4 @@ def _verified(placement, analysis, fetches, feed_dict, init, target, session_con
     for _, p in finalists:
         p.finalists = []
     seconds = time.perf_counter() - t0
-    info = placement.info
-    # The four stages add up to the call: read, decide, write (all finalists), verify.
-    chosen.info.update({key: info[key] for key in ("read_seconds", "decide_seconds",
-                                                   "write_seconds")})
-    chosen.info.update(verified=record, verify_seconds=seconds,
-                       place_seconds=info["place_seconds"] + seconds)
-    if chosen is not placement:  # what the decision was, whichever finalist is returned
-        chosen.info["algorithm"] = info.get("algorithm", chosen.info.get("algorithm"))
-        for key in ("search_info", "search_seconds", "tofu_plan"):
-            if key in info:
-                chosen.info.setdefault(key, info[key])
-        if "search" in info:
-            chosen.info["search"] = record["returned"]
-    return chosen
+    return adopt(chosen, placement, record, seconds)

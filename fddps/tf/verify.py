@@ -369,6 +369,28 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
                 budget=budget, stopped=got["stopped"], reason="")
 
 
+def adopt(chosen, decided, record, seconds):
+    """``chosen`` (the finalist measured fastest) as ``place()``'s answer: ``decided``'s stages
+    and decision facts, the verification ``record`` and its ``seconds`` in its ``info``.
+
+    The four stages add up to the call: read, decide, write (all finalists),
+    verify. Returns ``chosen``.
+    """
+    info = decided.info
+    chosen.info.update({key: info[key] for key in ("read_seconds", "decide_seconds",
+                                                   "write_seconds") if key in info})
+    chosen.info.update(verified=record, verify_seconds=seconds,
+                       place_seconds=info["place_seconds"] + seconds)
+    if chosen is not decided:  # what the decision was, whichever finalist is returned
+        chosen.info["algorithm"] = info.get("algorithm", chosen.info.get("algorithm"))
+        for key in ("search_info", "search_seconds", "tofu_plan"):
+            if key in info:
+                chosen.info.setdefault(key, info[key])
+        if "search" in info:
+            chosen.info["search"] = record["returned"]
+    return chosen
+
+
 def _describe(err) -> str:
     """One line for an error a finalist raised: its type and first line."""
     text = str(err).strip().splitlines()
