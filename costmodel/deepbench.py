@@ -32,8 +32,10 @@ import pandas as pd
 
 from .errors import CostModelError
 
-#: Where the CSVs are by default (the project's shared data), unless ``FDDPS_DEEPBENCH`` says.
-DEEPBENCH_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "deepbench"
+#: Where the CSVs are by default, unless ``FDDPS_DEEPBENCH`` says: the copy shipped with the
+#: package (DeepBench's published training results, Apache License 2.0; see its README), so a
+#: fresh clone re-fits and checks the GPU presets without the project's shared data folder.
+DEEPBENCH_DIR = Path(__file__).resolve().parent / "data" / "deepbench"
 DEEPBENCH_ENV = "FDDPS_DEEPBENCH"
 
 #: DeepBench's GPU names -> fddps's short names.

@@ -16,7 +16,7 @@ Three modes:
 
 ``python -m experiments.gpu_kernels --report``
     No GPU needed: the presets against DeepBench's published FP32 kernel times
-    (``shared/data/deepbench``, :mod:`costmodel.deepbench`). Per GPU and op class
+    (``costmodel/data/deepbench``, :mod:`costmodel.deepbench`). Per GPU and op class
     (forward convolution, input gradient, filter gradient, MatMul), the median
     predicted / measured ratio and the share of kernels within 25%: before (the
     roofline presets, 0.6 compute / 0.7 memory, the V100's two fitted
@@ -638,7 +638,7 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn)
         + f" on {_machine()} (a shared machine).",
         "",
         "What it measures: how close fddps's GPU presets come to the FP32 times DeepBench "
-        "(Baidu, `shared/data/deepbench`) published for convolutions (forward, input gradient, "
+        "(Baidu; copy in `costmodel/data/deepbench`) published for convolutions (forward, input gradient, "
         "filter gradient) and MatMuls on six GPUs. A kernel's time is "
         "`max(flops / peak, bytes / bandwidth) * exp(g(features))`, with `g` a gradient-boosted "
         "tree ensemble per op class over FLOPs, input and output bytes and the GPU's peaks "
@@ -723,7 +723,7 @@ def main(argv=None):
     p.add_argument("--gpu", help="preset name for the gpu column (default: from the device name)")
     p.add_argument("--layers", default=str(LAYERS))
     p.add_argument("--out", help="CSV of measured kernels (default experiments/results/gpu_kernels_GPU.csv)")
-    p.add_argument("--deepbench", help="DeepBench CSV directory (default: shared/data/deepbench)")
+    p.add_argument("--deepbench", help="DeepBench CSV directory (default: costmodel/data/deepbench)")
     p.add_argument("--folds", type=int, default=kernel_model.FOLDS,
                    help="cross-validation folds over shapes (--report)")
     p.add_argument("--classes", nargs="+", default=list(kernel_model.MODEL_CLASSES),

@@ -1,5 +1,5 @@
 """The kernel-dependent GPU model, gpu_from_datasheet and the measured all-reduce, against
-DeepBench's published times (shared/data/deepbench) and the committed fits."""
+DeepBench's published times (costmodel/data/deepbench) and the committed fits."""
 
 from __future__ import annotations
 
