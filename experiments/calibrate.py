@@ -72,7 +72,7 @@ class _KerasQuickStart:
         from fddps.errors import ClusterError
         from fddps.tf import local_cpu_devices
 
-        from .keras_step import _cnn
+        from .common import quickstart_cnn
 
         try:  # as the quick start splits the CPU (the one device measured is the same)
             self.devices = local_cpu_devices(4)[:1]
@@ -82,7 +82,7 @@ class _KerasQuickStart:
         rng = np.random.RandomState(0)
         self.x = rng.rand(batch, 32, 32, 3).astype(np.float32)
         self.y = rng.randint(0, 10, batch).astype(np.int32)
-        self.model = _cnn(keras)
+        self.model = quickstart_cnn(keras)
         self.name = f"Keras quick start, batch {batch}"
         self.placed = None
 
