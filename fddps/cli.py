@@ -62,26 +62,24 @@ class CommandError(Exception):
 
 
 # -- argument types: argparse names the flag in front of their messages ---------------
-def positive_int(text):
-    """An integer >= 1 (``--cpus``, ``--gpus``, ``--hosts``, sizes, steps)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+def _int_at_least(minimum, what):
+    """An argparse type: an integer >= ``minimum`` (``what`` says so in the error)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text):
-    """An integer >= 0 (``--warmup``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
+#: An integer >= 1 (``--cpus``, ``--gpus``, ``--hosts``, sizes, steps).
+positive_int = _int_at_least(1, "a positive integer")
+#: An integer >= 0 (``--warmup``).
+non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def positive_bytes(text):

@@ -110,11 +110,22 @@ def rnn_lm_parameter_count(num_layers: int, hidden_size: int,
     Returns:
       ``{"embedding", "lstm", "softmax", "total"}``.
     """
+    return embedded_lstm_parameter_count(num_layers, hidden_size, vocab_size, vocab_size,
+                                         embedding_size)
+
+
+def embedded_lstm_parameter_count(num_layers: int, hidden_size: int, vocab_size: int,
+                                  outputs: int, embedding_size: Optional[int] = None
+                                  ) -> Dict[str, int]:
+    """Parameters of an embedding, a stack of LSTM layers and a softmax over ``outputs``.
+
+    Returns:
+      ``{"embedding", "lstm", "softmax", "total"}``.
+    """
     e = hidden_size if embedding_size is None else int(embedding_size)
     lstm = sum(lstm_parameter_count(e if k == 0 else hidden_size, hidden_size)
                for k in range(num_layers))
-    parts = dict(embedding=vocab_size * e, lstm=lstm,
-                 softmax=hidden_size * vocab_size + vocab_size)
+    parts = dict(embedding=vocab_size * e, lstm=lstm, softmax=hidden_size * outputs + outputs)
     parts["total"] = sum(parts.values())
     return parts
 

@@ -33,7 +33,7 @@ from typing import Dict, Optional
 
 import tensorflow as tf
 
-from .rnn import _embed, lstm_layer, lstm_parameter_count, make_layers  # noqa: F401
+from .rnn import _embed, embedded_lstm_parameter_count, lstm_layer, make_layers  # noqa: F401
 
 v1 = tf.compat.v1
 
@@ -51,13 +51,8 @@ def rnntc_parameter_count(num_layers: int, hidden_size: int, vocab_size: int,
     Returns:
       ``{"embedding", "lstm", "softmax", "total"}``.
     """
-    e = hidden_size if embedding_size is None else int(embedding_size)
-    lstm = sum(lstm_parameter_count(e if k == 0 else hidden_size, hidden_size)
-               for k in range(num_layers))
-    parts = dict(embedding=vocab_size * e, lstm=lstm,
-                 softmax=hidden_size * num_classes + num_classes)
-    parts["total"] = sum(parts.values())
-    return parts
+    return embedded_lstm_parameter_count(num_layers, hidden_size, vocab_size, num_classes,
+                                         embedding_size)
 
 
 def rnntc(L, tokens: tf.Tensor, num_layers: int, hidden_size: int, vocab_size: int,
