@@ -82,16 +82,25 @@ positive_int = _int_at_least(1, "a positive integer")
 non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
-def positive_bytes(text):
-    """A positive number of bytes (``--memory``; ``16e9`` works)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of bytes, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number of bytes, "
-                                         f"got {text!r}")
-    return value
+def _positive_finite(unit):
+    """An argparse type: a positive, finite number of ``unit`` (``16e9`` works)."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of {unit}, got {text!r}") from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive, finite number of {unit}, "
+                                             f"got {text!r}")
+        return value
+
+    return parse
+
+
+#: A positive number of bytes (``--memory``).
+positive_bytes = _positive_finite("bytes")
+#: A positive number of seconds (``--seconds``).
+positive_seconds = _positive_finite("seconds")
 
 
 def model_name(text):
@@ -399,18 +408,6 @@ def cmd_profile(args):
     model.save(args.out)
     print(f"wrote the fitted cost model to {args.out} (use it with --cost-model {args.out})")
     return 0
-
-
-def positive_seconds(text):
-    """A positive, finite number of seconds (``--seconds``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, "
-                                         f"got {text!r}")
-    return value
 
 
 def cmd_calibrate(args):

@@ -48,6 +48,7 @@ import numpy as np
 from ..strategy.strategy import OpConfig
 from .base import SearchError, SearchResult, StrategySearch, positive, register_search
 from .evaluate import StrategyEvaluator
+from .factor_tables import broadcast
 from .pase_tables import build_tables, tables_cost
 from .pase_vertices import _dims, anchor, coarsen, vertex_configs, vertex_homes
 from .space import baseline_strategies, writable_strategy
@@ -186,12 +187,7 @@ def eliminate(unary, pairwise, max_table=10**7, names=None, order=None):
         axes = scope + [x]
         total = np.zeros([sizes[v] for v in axes])
         for s, table in mine:
-            perm = sorted(range(len(s)), key=lambda i: axes.index(s[i]))
-            t = np.transpose(table, perm)
-            shape = [1] * len(axes)
-            for i in perm:
-                shape[axes.index(s[i])] = sizes[s[i]]
-            total = total + t.reshape(shape)
+            total = total + broadcast(table, s, axes, sizes)
         trace.append((x, scope, np.argmin(total, axis=-1)))
         reduced = np.min(total, axis=-1)
         if scope:

@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .factor_tables import broadcast
+
 
 class TooWide(Exception):
     """The exact elimination would build a table over ``max_table`` entries."""
@@ -169,13 +171,7 @@ def eliminate(problem: LevelProblem, max_table: int = 1 << 22):
         total = np.zeros(shape)
         for fid in touching[t]:
             fscope, arr = factors.pop(fid)
-            # Broadcast the factor onto the axes of the table.
-            perm = sorted(range(len(fscope)), key=lambda i: axes.index(fscope[i]))
-            arr = np.transpose(arr, perm)
-            view = [1] * len(axes)
-            for i in perm:
-                view[axes.index(fscope[i])] = size[fscope[i]]
-            total = total + arr.reshape(view)
+            total = total + broadcast(arr, fscope, axes, size)
             for u in fscope:
                 if u != t:
                     touching[u].discard(fid)
