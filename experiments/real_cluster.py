@@ -56,6 +56,13 @@ from . import common
 from .common import DEFAULT_ALGORITHMS, label
 
 DEFAULT_MODELS = ("inception_v3", "resnet50")
+#: The suffix of ``verify_also`` rows: the algorithm placed with ``verify=True``.
+VERIFIED = "+verify"
+#: Predictions :func:`agreement` scores against the measured step.
+PREDICTIONS = {"predicted": "place()'s own",
+               "predicted_tf_order": "TensorFlow's executor order",
+               "predicted_tf_order_transfer_cpu": "TF order, concurrent-transfer CPU cost",
+               "predicted_channels": "TF order, that cost, FIFO gRPC channels"}
 #: Strategies run with ``place(..., strategy=...)``: those of the strategy layer
 #: (``fddps.strategy``) and ``head_data_parallel``, written here for the networks of
 #: :data:`TAIL_SCOPES`.
@@ -262,10 +269,19 @@ def _tf_order(schedule, cluster, enforced) -> float:
     return simulate(schedule.graph, cluster, schedule.device, policy="tensorflow").makespan
 
 
+def _with_channels(cluster):
+    """``cluster`` with a first-in-first-out gRPC channel per pair of workers (None: None)."""
+    from fddps.tf.devices import grpc_channels
+
+    if cluster is None:
+        return None
+    return cluster.with_sharing(link_resources=list(cluster.link_resources) + grpc_channels(cluster))
+
+
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
         enforce_order=False, progress=True, strategies=(), place_transfer_cpu=False,
-        trace=False, save_schedules=None, verify=False, verify_budget=None):
+        trace=False, save_schedules=None, verify=False, verify_budget=None, verify_also=()):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
     ``algorithms`` are :func:`fddps.place` algorithms (placements and the
@@ -283,6 +299,9 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     timed), ``verify_seconds``, ``verify_finalists`` and ``verify_measured`` (the
     verification's own median of the returned finalist); the row's ``predicted`` and
     ``measured`` are then the returned placement's. Without it ``verified`` is "".
+    ``verify_also``: algorithms placed a second time with verification, in rows named
+    ``<algorithm>+verify`` (so one run has both what the model proposes and what
+    verification returns).
     ``save_schedules``: a path (``.pkl.gz``) to keep, per placement run, its
     row and what it was predicted from (``graph``, ``device``, ``order``,
     ``cluster``, ``cpu_cluster``: the concurrent-transfer one, or None; with
@@ -306,7 +325,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     t_start = time.perf_counter()
     with local_cluster(2, threads_per_worker=1) as cluster:
         started = time.perf_counter() - t_start
-        specs = list(algorithms) + [f"strategy:{name}" for name in strategies]
+        specs = (list(algorithms) + [f"strategy:{name}" for name in strategies]
+                 + [f"{a}{VERIFIED}" for a in verify_also])
         bar = tqdm(total=len(models) * len(specs), desc="real cluster", unit="run",
                    disable=not progress, file=sys.stderr)
         for model in models:
@@ -343,14 +363,14 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                 # model's init op) before place() returns.
                 checked = dict(verify=True, verify_budget=verify_budget, target=cluster.target,
                                session_config=cluster.session_config(),
-                               init=m.init_op.name) if verify else {}
+                               init=m.init_op.name) if verify or spec.endswith(VERIFIED) else {}
                 try:
                     if spec.startswith("strategy:"):
                         st = _strategy(spec.split(":", 1)[1], m, cluster.devices, step_fetches)
                         p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, strategy=st,
                                         fetches=step_fetches, **checked)
                     else:
-                        name, options = parse_algorithm(spec)
+                        name, options = parse_algorithm(spec.removesuffix(VERIFIED))
                         p = fddps.place(m.graph_def, cluster.devices, cost_model=cm, algorithm=name,
                                         fetches=step_fetches, enforce_order=enforce_order,
                                         **checked, **options)
@@ -386,6 +406,9 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            predicted_tf_order=_tf_order(s, p.cluster, enforced),
                            # Both: TensorFlow's order with the concurrent-transfer cost.
                            predicted_tf_order_transfer_cpu=_tf_order(s, cpu_cluster, enforced),
+                           # And transfers queued first in first out on one gRPC channel
+                           # per pair of workers (fddps.tf.devices.grpc_channels).
+                           predicted_channels=_tf_order(s, _with_channels(cpu_cluster), enforced),
                            order_edges=p.info.get("order_edges_added", 0),
                            ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
                            chosen=str(p.info.get("search", p.info.get("strategy", ""))),
@@ -477,6 +500,45 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     if "order_edges" in out and not (out.order_edges.fillna(0) > 0).any():
         out = out.drop(columns="order_edges")
     return out
+
+
+def agreement(df: pd.DataFrame) -> pd.DataFrame:
+    """How well each prediction ranks and sizes the placements, per model and batch.
+
+    Speed-ups over one worker as ratios inside the run: predicted (the single
+    row's prediction over the row's) against measured (median over median).
+    Per prediction column of :data:`PREDICTIONS`: ``within_15`` the share of
+    rows (``single`` and the ``+verify`` rows left out) whose predicted
+    speed-up is within 15% of the measured one, ``tau`` Kendall's tau-b
+    between the two over those rows and ``single``; and, for the run,
+    ``proposed_faster`` (rows predicted at least 10% faster than one worker)
+    with ``of_them_not_slower`` (those measuring at least 1.0x) and
+    ``verified_min`` (the slowest ``+verify`` row, measured speed-up).
+    """
+    out = []
+    for (model, batch), g in df[df.status == "ok"].groupby(["model", "batch"], sort=False):
+        g = g.set_index("algorithm")
+        if "single" not in g.index:
+            continue
+        measured = g.measured["single"] / g.measured
+        checked = ~g.index.str.endswith(VERIFIED)
+        others = checked & (g.index != "single")
+        row = dict(model=model, batch=batch, rows=int(others.sum()))
+        for column in PREDICTIONS:
+            if column not in g or not np.isfinite(g[column][checked]).all():
+                continue
+            predicted = g[column]["single"] / g[column]
+            close = (predicted / measured - 1).abs() <= 0.15
+            row[f"{column}:within_15"] = float(close[others].mean())
+            row[f"{column}:tau"] = float(pd.concat([predicted[checked], measured[checked]], axis=1)
+                                         .corr(method="kendall").iloc[0, 1])
+        faster = others & (g.predicted["single"] / g.predicted >= 1.1)
+        row["proposed_faster"] = int(faster.sum())
+        row["of_them_not_slower"] = int((measured[faster] >= 1.0).sum())
+        verified = measured[~checked]
+        row["verified_min"] = float(verified.min()) if verified.size else np.nan
+        out.append(row)
+    return pd.DataFrame(out)
 
 
 def _error_split(r) -> dict:
@@ -571,6 +633,9 @@ def main(argv=None):
                         help="place every algorithm and strategy with place(..., verify=True): "
                              "its finalists timed on the cluster, the fastest measured kept "
                              "(the 'verified' column names it)")
+    parser.add_argument("--verify-also", nargs="+", default=[], metavar="ALGORITHM",
+                        help="place these algorithms a second time with verify=True, in rows "
+                             f"named ALGORITHM{VERIFIED}")
     parser.add_argument("--verify-budget", type=float, default=None,
                         help="seconds each verification may take (default: the library's)")
     parser.add_argument("--place-with-transfer-cpu", action="store_true",
@@ -593,7 +658,7 @@ def main(argv=None):
              progress=not args.no_progress, strategies=args.strategies,
              place_transfer_cpu=args.place_with_transfer_cpu, trace=args.trace,
              save_schedules=args.save_schedules, verify=args.verify,
-             verify_budget=args.verify_budget)
+             verify_budget=args.verify_budget, verify_also=args.verify_also)
     wall = time.perf_counter() - t0
     first = df.iloc[0]
     print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "
@@ -631,6 +696,9 @@ def main(argv=None):
           "x_single = one worker's time / this.")
     with pd.option_context("display.width", 200):
         print(summary(df).to_string(index=False))
+        print("How well each prediction ranks and sizes the placements (agreement(); "
+              "speed-ups over one worker, predicted against measured):")
+        print(agreement(df).to_string(index=False))
     out = common.save_csv_and_plot(df, args.out, plot)
     command = "python -m experiments.real_cluster" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
@@ -674,6 +742,20 @@ def write_markdown(df: pd.DataFrame, path, command: str, seconds: float) -> None
              "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |"
               for row in table.itertuples(index=False)]
+    scores = agreement(df)
+    if not scores.empty:
+        lines += ["", "How well each prediction ranks and sizes the placements: speed-ups over "
+                  "one worker, predicted (the single row's prediction over the row's) against "
+                  "measured (median over median), over the rows other than `single` and "
+                  f"`{VERIFIED}`; `within_15`: the share within 15%; `tau`: Kendall's tau-b "
+                  "(with `single`); `proposed_faster`: rows predicted at least 10% faster "
+                  "than one worker, `of_them_not_slower`: those measuring at least 1.0x; "
+                  f"`verified_min`: the slowest `{VERIFIED}` row's measured speed-up. "
+                  "Predictions: " + "; ".join(f"`{k}`: {v}" for k, v in PREDICTIONS.items())
+                  + ".", "",
+                  "| " + " | ".join(scores.columns) + " |", "|" + "---|" * len(scores.columns)]
+        lines += ["| " + " | ".join(cell(round(v, 2) if isinstance(v, float) else v) for v in row)
+                  + " |" for row in scores.itertuples(index=False)]
     if "verify_detail" in df and df.verify_detail.fillna("").astype(bool).any():
         lines += ["", "Verification (``place(..., verify=True)``, timed inside place(); the "
                   "finalist returned is the row's placement, measured again above):", ""]

@@ -24,6 +24,7 @@ Shared hardware (both optional; without them the model above is exact):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -104,12 +105,21 @@ class LinkResource:
         cross this resource.
     source : str
         Where the bandwidth figure comes from.
+    fifo : bool
+        How transfers share it. False (default): its bandwidth is split
+        equally among the transfers crossing it at once (a network interface,
+        a PCIe lane). True: it carries one transfer at a time, whole, in the
+        order the transfers became ready (first in, first out), so a small
+        tensor waits behind a large one sent before it: one gRPC channel
+        between two TensorFlow tasks, which ships the tensors of its
+        ``RecvTensor`` responses one after another.
     """
 
     name: str
     bandwidth: float
     pairs: frozenset = field(default_factory=frozenset)
     source: str = ""
+    fifo: bool = False
 
 
 class Cluster:
@@ -266,6 +276,7 @@ class Cluster:
                 if i != j:
                     self.link_path[i][j] = self.link_path[i][j] + (r,)
         self.resource_bandwidth = np.array([r.bandwidth for r in link_resources], dtype=np.float64)
+        self.resource_fifo = np.array([bool(r.fifo) for r in link_resources], dtype=bool)
 
     @property
     def shares_cores(self) -> bool:
@@ -349,7 +360,7 @@ class Cluster:
         for res in self.link_resources:
             pairs = frozenset((a, b) for a, b in res.pairs if a in keep and b in keep)
             if pairs:
-                resources.append(LinkResource(res.name, res.bandwidth, pairs, res.source))
+                resources.append(dataclasses.replace(res, pairs=pairs))
         cpu = None if self.transfer_cpu is None else tuple(m[sub] for m in self.transfer_cpu)
         return Cluster([self.devices[k] for k in idx], bandwidth=self.bandwidth[sub],
                        latency=self.latency[sub], transfer_compute=self.transfer_compute[sub],
@@ -393,7 +404,8 @@ class Cluster:
             lines.append(f"{len(grp.devices)} devices share {grp.cores:g} {grp.name} "
                          f"(each op wants {'/'.join(f'{t:g}' for t in threads)} threads)")
         for res in self.link_resources:
-            lines.append(f"{res.name}: {res.bandwidth / 1e9:.3g} GB/s shared by the transfers of "
+            how = ("carried one at a time, first in first out" if res.fifo else "shared by")
+            lines.append(f"{res.name}: {res.bandwidth / 1e9:.3g} GB/s {how} the transfers of "
                          f"{len(res.pairs)} device pairs")
         return lines
 

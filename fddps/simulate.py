@@ -232,6 +232,11 @@ def _run_shared(flow, order, cluster, trace=None):
       the resources r it crosses of B_r / n_r)``, ``n_r`` the wires moving
       bytes through ``r``: each resource's bandwidth is split equally among
       its transfers, so a resource never carries more than ``B_r``.
+    - A wire crossing a first-in-first-out resource (``LinkResource.fifo``,
+      a gRPC channel) waits until every such resource on its path is free
+      and no wire that became ready before it waits for one of them; it then
+      holds them for its whole latency and bytes (so ``n_r`` is 1 there).
+      Small tensors queue behind large ones sent first: head-of-line blocking.
 
     Rates change only when a task starts or finishes, so the simulation jumps
     from event to event; a task alone finishes exactly ``duration`` (or
@@ -266,6 +271,15 @@ def _run_shared(flow, order, cluster, trace=None):
         w_cap, w_path = flow.wire_cap.tolist(), flow.wire_path
     res_bw = cluster.resource_bandwidth.tolist()
     on_resource = [set() for _ in res_bw]
+    fifo = cluster.resource_fifo.tolist()
+    holder = [-1] * len(res_bw)  # the wire a FIFO resource carries now, or -1
+    queued = []                  # wires waiting for FIFO resources, in the order they became ready
+    fifo_path = {}
+    if flow.wires.size:
+        for t_ in flow.wires.tolist():
+            held = tuple(r for r in w_path[wire_of[t_]] if fifo[r])
+            if held:
+                fifo_path[t_] = held
     ready = [0.0] * n
     start, finish = [0.0] * n, [0.0] * n
     remaining, rate, since, version = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
@@ -308,6 +322,23 @@ def _run_shared(flow, order, cluster, trace=None):
             if rate[i] != r:
                 set_rate(i, r, t)
 
+    def admit(t):
+        """Start the queued wires whose FIFO resources are free, oldest first; a
+        resource an older waiting wire wants is not given to a younger one."""
+        wanted = set()
+        still = []
+        for i in queued:
+            held = fifo_path[i]
+            if any(holder[r] >= 0 or r in wanted for r in held):
+                wanted.update(held)
+                still.append(i)
+                continue
+            for r in held:
+                holder[r] = i
+            start[i] = t
+            push(t + w_lat[wire_of[i]], 1, i)
+        queued[:] = still
+
     for i in range(n):
         if indeg[i] == 0:
             push(0.0, 2, i)
@@ -316,7 +347,10 @@ def _run_shared(flow, order, cluster, trace=None):
         t, kind, _, i, ver = heapq.heappop(events)
         if kind == 2:                                   # start
             start[i] = t
-            if i in wire_of:
+            if i in fifo_path:
+                queued.append(i)
+                admit(t)
+            elif i in wire_of:
                 w = wire_of[i]
                 push(t + w_lat[w], 1, i)
             elif group[i] >= 0 and dur[i] > 0:
@@ -355,6 +389,10 @@ def _run_shared(flow, order, cluster, trace=None):
                 on_resource[res].discard(i)
                 affected |= on_resource[res]
             rewire(affected, t)
+            if i in fifo_path:
+                for r in fifo_path[i]:
+                    holder[r] = -1
+                admit(t)
         for p in range(succ_ptr[i], succ_ptr[i + 1]):
             j = succ_idx[p]
             a = t + delay[p]

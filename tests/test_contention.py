@@ -75,6 +75,33 @@ def test_transfers_through_one_nic_share_its_bandwidth():
         fddps.simulate(g, free, [0, 1, 1, 0]).makespan
 
 
+def test_a_fifo_channel_ships_one_tensor_at_a_time_in_the_order_they_became_ready():
+    # Task A (devices x, z) sends to task B (y, w) over 1 MB/s: a0 (done at 1 s)
+    # 2 MB to b0, a1 (done at 1.5 s) 0.1 MB to b1.
+    def step(a1_seconds):
+        return OpGraph(["a0", "a1", "b0", "b1"], [1.0, a1_seconds, 0.5, 0.5],
+                       [("a0", "b0", 2e6), ("a1", "b1", 1e5)])
+
+    placement = {"a0": "x", "a1": "z", "b0": "y", "b1": "w"}
+    c = Cluster.homogeneous(4, names=["x", "z", "y", "w"], bandwidth=1e6)
+    pairs = frozenset({("x", "y"), ("x", "w"), ("z", "y"), ("z", "w")})
+
+    def starts(cluster, a1_seconds=1.5):
+        ops = fddps.simulate(step(a1_seconds), cluster, placement).ops.set_index("op")
+        return ops.loc["b0", "start"], ops.loc["b1", "start"]
+
+    assert starts(c) == pytest.approx((3.0, 1.6))  # contention-free
+    # Shared equally: the small tensor moves at half speed beside the large one.
+    assert starts(c.with_sharing(link_resources=[LinkResource("nic", 1e6, pairs)])) == \
+        pytest.approx((3.1, 1.7))
+    # First in, first out: it waits until the 2 MB are through, then takes 0.1 s.
+    channel = c.with_sharing(link_resources=[LinkResource("channel", 1e6, pairs, fifo=True)])
+    assert starts(channel) == pytest.approx((3.0, 3.1))
+    # By readiness: ready first (at 0.5 s), the small one goes first.
+    assert starts(channel, a1_seconds=0.5) == pytest.approx((3.0, 0.6))
+    assert "one at a time, first in first out" in channel.sharing_summary()[0]
+
+
 def test_cluster_checks_shared_groups_and_resources():
     c = Cluster.homogeneous(2, names=["x", "y"])
     with pytest.raises(ClusterError, match="'x' is in two groups"):
@@ -132,7 +159,8 @@ def shared_problems(draw):
             pairs = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names)),
                                   min_size=1, max_size=m * m))
             resources.append(LinkResource(f"r{r}", draw(st.sampled_from([1e5, 1e6, 1e8])),
-                                          frozenset(p for p in pairs if p[0] != p[1])))
+                                          frozenset(p for p in pairs if p[0] != p[1]),
+                                          fifo=draw(st.booleans())))
     if not groups and not resources:
         groups.append(SharedCores(tuple(names), cores=1, threads=1))
     return graph, cluster.with_sharing(groups, resources)
@@ -167,6 +195,15 @@ def check_capacities(graph, cluster, device, order):
             carried = sum(r for i, r in rate.items()
                           if i in wire_index and res in flow.wire_path[wire_index[i]])
             assert carried <= bw * (1 + 1e-9), f"{carried} B/s through a {bw} B/s resource at t={t}"
+    # A first-in-first-out resource carries one wire at a time, in the order the
+    # wires became ready (their sends finished).
+    for res in np.flatnonzero(cluster.resource_fifo):
+        on = [t for t, w in wire_index.items() if res in flow.wire_path[w]]
+        ready = {t: finish[flow.sends[wire_index[t]]] for t in on}
+        by_start = sorted(on, key=lambda t: (start[t], finish[t]))
+        for a, b in zip(by_start, by_start[1:]):
+            assert finish[a] <= start[b] + 1e-9, "two wires at once on a FIFO resource"
+            assert ready[a] <= ready[b] + 1e-9, "a FIFO resource let a later wire overtake"
     traced = [i for i in rate]
     # Work is integrated from differences of absolute times, each exact only to
     # one ulp of the clock: a 4e-10 s wire at t = 8 s carries ~1e-6 relative

@@ -218,6 +218,9 @@ def test_real_cluster_smoke(tmp_path, capsys):
     assert placed.devices_ran == 2 or placed.ops_worker0 * placed.ops_worker1 == 0
     assert df.cost_model.iloc[0] == "profiled" and df.profile_coverage.iloc[0] > 0.5
     assert "profiled on worker 0" in text and "measured" in text
+    # The same placements with transfers queued on FIFO gRPC channels: never faster.
+    assert (df.predicted_channels >= df.predicted_tf_order_transfer_cpu * (1 - 1e-9)).all()
+    assert "within_15" in text and "Kendall" in (tmp_path / "rc.md").read_text()
     assert not df.placed_with_transfer_cpu.any()  # opt-in: --place-with-transfer-cpu
     # --trace: each worker's ops, measured in a traced step beside the cost model's.
     assert (dp[["measured_ops_w0", "measured_ops_w1", "predicted_ops_w0", "predicted_ops_w1"]] > 0).all()
@@ -239,6 +242,23 @@ def test_real_cluster_smoke(tmp_path, capsys):
             replayed = Schedule.from_order(r["graph"], cluster, r["device"], r["order"]).makespan
             assert replayed == pytest.approx(r["row"][column], rel=1e-9)
         assert r["busy"].op_seconds.sum() > 0
+
+
+def test_real_cluster_agreement_scores_speedups_as_ratios():
+    from experiments.real_cluster import agreement
+
+    rows = [("single", 1.0, 1.0), ("a", 0.5, 0.55), ("b", 2.0, 1.0), ("c", 0.8, 0.7),
+            ("a+verify", 1.0, 0.98)]
+    df = pd.DataFrame([dict(model="m", batch=8, algorithm=a, status="ok", predicted=p,
+                            measured=t) for a, p, t in rows])
+    (r,) = agreement(df).to_dict("records")
+    # Speed-ups predicted / measured: a 2.0 / 1.82, b 0.5 / 1.0, c 1.25 / 1.43: a and c within 15%.
+    assert r["rows"] == 3 and r["predicted:within_15"] == pytest.approx(2 / 3)
+    # Orders (single, a, b, c): predicted 1, 2, 0.5, 1.25; measured 1, 1.82, 1, 1.43.
+    assert r["predicted:tau"] == pytest.approx(df.iloc[:4].assign(
+        ps=1 / df.predicted, ms=1 / df.measured)[["ps", "ms"]].corr(method="kendall").iloc[0, 1])
+    assert r["proposed_faster"] == 2 and r["of_them_not_slower"] == 2   # a and c
+    assert r["verified_min"] == pytest.approx(1 / 0.98)
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ devices on several hosts send through one network interface per host
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import socket
@@ -404,8 +405,46 @@ def nic_per_host(cluster) -> list:
     return out
 
 
+def grpc_channels(cluster) -> list:
+    """One first-in-first-out channel per ordered pair of tasks, as fast as their link.
+
+    TensorFlow's distributed runtime moves the tensors one task receives from
+    another as ``RecvTensor`` responses over one gRPC channel, one after
+    another: a small tensor waits behind a large one sent before it
+    (head-of-line blocking). Each channel is a :class:`LinkResource` with
+    ``fifo=True`` carrying the part of each transfer the tasks' cores do not
+    spend (``1 - transfer_share``). Empty on one task.
+
+    Examples
+    --------
+    >>> from fddps import Cluster, Device
+    >>> devs = [Device(f"/job:w/replica:0/task:{t}/device:CPU:0", "CPU",
+    ...                host=f"/job:w/replica:0/task:{t}") for t in range(2)]
+    >>> [r.name for r in grpc_channels(Cluster(devs, bandwidth=1e9))]
+    ['gRPC channel /job:w/replica:0/task:0 -> /job:w/replica:0/task:1', \
+'gRPC channel /job:w/replica:0/task:1 -> /job:w/replica:0/task:0']
+    """
+    hosts = sorted({d.host for d in cluster.devices})
+    host = [d.host for d in cluster.devices]
+    out = []
+    for a in hosts:
+        for b in hosts:
+            if a == b:
+                continue
+            pairs = [(i, j) for i in range(cluster.num_devices) if host[i] == a
+                     for j in range(cluster.num_devices) if host[j] == b]
+            bw = float(max(cluster.bandwidth[i, j] for i, j in pairs))
+            out.append(LinkResource(
+                f"gRPC channel {a} -> {b}", bw,
+                frozenset((cluster.names[i], cluster.names[j]) for i, j in pairs),
+                "one gRPC channel per pair of tasks, tensors shipped first in first out",
+                fifo=True))
+    return out
+
+
 def make_cluster(devices, cost_model, memory=None, *, session_config=None, share_cores=True,
-                 topology="auto", cluster_spec=None, threads_per_task=None) -> Cluster:
+                 topology="auto", cluster_spec=None, threads_per_task=None,
+                 channels=False) -> Cluster:
     """A :class:`Cluster` of TensorFlow devices, links from the cost model.
 
     Parameters
@@ -440,6 +479,11 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
         ``share_cores``). Ignored when ``devices`` is a Cluster.
     threads_per_task : int or mapping of task -> int, optional
         See :func:`task_sharing`.
+    channels : bool
+        Whether transfers between tasks queue first in first out on one gRPC
+        channel per pair of tasks (:func:`grpc_channels`). Default False:
+        each transfer moves as if alone. ``experiments.real_cluster``
+        reports both (its ``predicted_channels`` column).
 
     Returns
     -------
@@ -485,8 +529,8 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
         rename = dict(zip(names, normal))
         groups = [SharedCores(tuple(rename[n] for n in grp.devices), grp.cores, grp.threads, grp.name)
                   for grp in given.shared_cores]
-        links = [LinkResource(r.name, r.bandwidth, frozenset((rename[a], rename[b]) for a, b in r.pairs),
-                              r.source) for r in given.link_resources]
+        links = [dataclasses.replace(r, pairs=frozenset((rename[a], rename[b]) for a, b in r.pairs))
+                 for r in given.link_resources]
         return given.replace(devices=out, shared_cores=groups, link_resources=links)
     cluster = Cluster.from_links(out, cost_model.link,
                                  transfer_cpu=getattr(cost_model, "transfer_cpu", None))
@@ -501,6 +545,8 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
         from ..topology import link_resources
 
         links = link_resources(out, topology)
+    if channels:
+        links = links + grpc_channels(cluster)
     if groups or links:
         cluster = cluster.with_sharing(groups, links)
     return cluster
