@@ -280,6 +280,26 @@ class OpGraph:
         """Indices of the ops that depend on ``i``."""
         return self.succ_idx[self.succ_ptr[i]:self.succ_ptr[i + 1]]
 
+    def input_pairs(self) -> tuple:
+        """Per op, its inputs as a tuple of ``(producer, bytes)`` pairs (Python ints and floats).
+
+        Built once per graph and kept (schedulers build a state per pass; a
+        20,000-op graph's pairs take tens of milliseconds each time).
+
+        Examples
+        --------
+        >>> OpGraph(["a", "b"], [1.0, 1.0], [("a", "b", 8.0)]).input_pairs()
+        ((), ((0, 8.0),))
+        """
+        pairs = self.__dict__.get("_input_pairs")
+        if pairs is None:
+            ptr = self.pred_ptr.tolist()
+            idx = self.pred_idx.tolist()
+            nbytes = self.bytes[self.pred_eid].tolist()
+            pairs = self._input_pairs = tuple(tuple(zip(idx[ptr[i]:ptr[i + 1]], nbytes[ptr[i]:ptr[i + 1]]))
+                                              for i in range(len(self.names)))
+        return pairs
+
     def exec_times(self, cluster) -> np.ndarray:
         """Execution time of every op on every device of ``cluster``.
 
@@ -315,6 +335,7 @@ class OpGraph:
         """
         rev = object.__new__(OpGraph)
         rev.__dict__.update(self.__dict__)
+        rev.__dict__.pop("_input_pairs", None)  # the inputs of the reversed graph differ
         rev.src, rev.dst = self.dst, self.src
         rev.succ_ptr, rev.succ_eid, rev.succ_idx = self.pred_ptr, self.pred_eid, self.pred_idx
         rev.pred_ptr, rev.pred_eid, rev.pred_idx = self.succ_ptr, self.succ_eid, self.succ_idx

@@ -427,11 +427,7 @@ class PlacementState:
         self.group_device = [-1] * n_groups
         self.allowed = self._allowed_devices()
         # Inputs of each op, as (producer, bytes) pairs.
-        pred_ptr = graph.pred_ptr.tolist()
-        pred_idx = graph.pred_idx.tolist()
-        pred_bytes = graph.bytes[graph.pred_eid].tolist()
-        self.inputs = [list(zip(pred_idx[pred_ptr[i]:pred_ptr[i + 1]],
-                                pred_bytes[pred_ptr[i]:pred_ptr[i + 1]])) for i in range(n)]
+        self.inputs = graph.input_pairs()
         self._check_memory(need)
 
     # -- feasibility --------------------------------------------------------------
