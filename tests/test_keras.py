@@ -310,10 +310,15 @@ def test_keras_step_experiment_smoke(tmp_path, capsys):
     import pandas as pd
 
     df = pd.read_csv(out)
-    assert list(df["run"]) == ["keras train_on_batch", "placed on 1", "placed on 2"]
-    assert (df["moved_ops"] == 0).all() and (df["max_weight_diff"] < 1e-4).all()
-    assert df["step_ms"].gt(0).all() and df["nodes"].iloc[1:].gt(100).all()
+    assert list(df["run"]) == ["keras train_on_batch", "placed on 1", "placed on 2",
+                               "tf.function placed on 1", "tf.function placed on 2"]
+    assert (df["moved_ops"] == 0).all() and (df["max_weight_diff"].iloc[:3] < 1e-4).all()
+    assert df["step_ms"].gt(0).all() and df["nodes"].iloc[1:3].gt(100).all()
+    assert df.x_one_device.iloc[1] == df.x_one_device.iloc[3] == 1.0
+    # place()'s default verifies TF2 steps: each placement says what it returned or why not.
+    assert df.verified.iloc[1:].astype(bool).all()
     assert "logical CPU devices" in capsys.readouterr().out
+    assert "x_one_device" in out.with_suffix(".md").read_text()
 
 
 def test_place_passes_a_strategy_on_to_a_keras_step():
