@@ -518,8 +518,10 @@ def agreement(df: pd.DataFrame) -> pd.DataFrame:
     speed-up is within 15% of the measured one, ``tau`` Kendall's tau-b
     between the two over those rows and ``single``; and, for the run,
     ``proposed_faster`` (rows predicted at least 10% faster than one worker)
-    with ``of_them_not_slower`` (those measuring at least 1.0x) and
-    ``verified_min`` (the slowest ``+verify`` row, measured speed-up).
+    with ``of_them_not_slower`` (those measuring at least 1.0x),
+    ``verified_min`` (the slowest ``+verify`` row, measured speed-up) and
+    ``one_worker_spread`` (the largest distance from 1.0x of the
+    ``one_worker_rows`` other rows that run on one worker: the noise floor).
     """
     out = []
     for (model, batch), g in df[df.status == "ok"].groupby(["model", "batch"], sort=False):
@@ -543,6 +545,12 @@ def agreement(df: pd.DataFrame) -> pd.DataFrame:
         row["of_them_not_slower"] = int((measured[faster] >= 1.0).sum())
         verified = measured[~checked]
         row["verified_min"] = float(verified.min()) if verified.size else np.nan
+        # Rows that run the whole step on one worker, as `single` does: the run's noise floor.
+        if {"ops_worker0", "ops_worker1"} <= set(g.columns):
+            alone = (g.ops_worker0 * g.ops_worker1 == 0) & (g.index != "single")
+            row["one_worker_rows"] = int(alone.sum())
+            row["one_worker_spread"] = (float((measured[alone] - 1).abs().max())
+                                        if alone.any() else np.nan)
         out.append(row)
     return pd.DataFrame(out)
 
@@ -756,7 +764,10 @@ def write_markdown(df: pd.DataFrame, path, command: str, seconds: float) -> None
                   f"`{VERIFIED}`; `within_15`: the share within 15%; `tau`: Kendall's tau-b "
                   "(with `single`); `proposed_faster`: rows predicted at least 10% faster "
                   "than one worker, `of_them_not_slower`: those measuring at least 1.0x; "
-                  f"`verified_min`: the slowest `{VERIFIED}` row's measured speed-up. "
+                  f"`verified_min`: the slowest `{VERIFIED}` row's measured speed-up; "
+                  "`one_worker_spread`: the largest |measured speed-up - 1| of the "
+                  "`one_worker_rows` other rows that, like `single`, run the step on one "
+                  "worker (the run's noise floor). "
                   "Predictions: " + "; ".join(f"`{k}`: {v}" for k, v in PREDICTIONS.items())
                   + ".", "",
                   "| " + " | ".join(scores.columns) + " |", "|" + "---|" * len(scores.columns)]

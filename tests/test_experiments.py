@@ -250,7 +250,8 @@ def test_real_cluster_agreement_scores_speedups_as_ratios():
     rows = [("single", 1.0, 1.0), ("a", 0.5, 0.55), ("b", 2.0, 1.0), ("c", 0.8, 0.7),
             ("a+verify", 1.0, 0.98)]
     df = pd.DataFrame([dict(model="m", batch=8, algorithm=a, status="ok", predicted=p,
-                            measured=t) for a, p, t in rows])
+                            measured=t, ops_worker0=10, ops_worker1=0 if a == "b" else 5)
+                       for a, p, t in rows])
     (r,) = agreement(df).to_dict("records")
     # Speed-ups predicted / measured: a 2.0 / 1.82, b 0.5 / 1.0, c 1.25 / 1.43: a and c within 15%.
     assert r["rows"] == 3 and r["predicted:within_15"] == pytest.approx(2 / 3)
@@ -259,6 +260,7 @@ def test_real_cluster_agreement_scores_speedups_as_ratios():
         ps=1 / df.predicted, ms=1 / df.measured)[["ps", "ms"]].corr(method="kendall").iloc[0, 1])
     assert r["proposed_faster"] == 2 and r["of_them_not_slower"] == 2   # a and c
     assert r["verified_min"] == pytest.approx(1 / 0.98)
+    assert r["one_worker_rows"] == 1 and r["one_worker_spread"] == pytest.approx(0.0)  # b
 
 
 @pytest.mark.slow
