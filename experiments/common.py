@@ -542,3 +542,28 @@ def quickstart_cnn(keras, seed=0):
         keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
         keras.layers.GlobalAveragePooling2D(),
         keras.layers.Dense(10)])
+
+
+def quickstart_linear_step(stddev=0.01):
+    """README's ``tf.function`` quick start: a linear softmax classifier on 32x32x3, SGD 0.1.
+
+    Its weights start normal with ``stddev`` (seeded; 0: zeros). Returns the
+    ``tf.function`` training step, which updates its variables and returns the loss.
+    """
+    import tensorflow as tf
+
+    shape = [32 * 32 * 3, 10]
+    w = tf.Variable(tf.random.normal(shape, stddev=stddev, seed=0) if stddev else tf.zeros(shape))
+    b = tf.Variable(tf.zeros([10]))
+
+    @tf.function
+    def train_step(images, labels):
+        with tf.GradientTape() as tape:
+            logits = tf.reshape(images, [-1, 32 * 32 * 3]) @ w + b
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        for v, g in zip([w, b], tape.gradient(loss, [w, b])):
+            v.assign_sub(0.1 * g)
+        return loss
+
+    return train_step

@@ -29,7 +29,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from .common import RESULTS, ensure_parent, quickstart_cnn, tf_quiet, write_results_page
+from .common import (RESULTS, ensure_parent, quickstart_cnn, quickstart_linear_step, tf_quiet,
+                     write_results_page)
 
 
 
@@ -62,7 +63,7 @@ def measure(devices: int = 4, batch: int = 32, steps: int = 15) -> pd.DataFrame:
         took = time.perf_counter() - t0
         runs[f"placed on {n}"] = ((lambda p=p: p.train_step(x, y)), model, (p, took))
     for n in sorted({1, devices}):
-        step = _linear_step()
+        step = quickstart_linear_step()
         t0 = time.perf_counter()
         p = fddps.place(step, names[:n], (x, y))
         took = time.perf_counter() - t0
@@ -95,26 +96,6 @@ def measure(devices: int = 4, batch: int = 32, steps: int = 15) -> pd.DataFrame:
     df["x_one_device"] = [one["tf.function" if r.startswith("tf.function") else "placed"] / t
                           for r, t in zip(df.run, df.step_ms)]
     return df
-
-
-def _linear_step():
-    """The README's ``tf.function`` step: a linear softmax classifier on 32x32x3, SGD 0.1."""
-    import tensorflow as tf
-
-    w = tf.Variable(tf.random.normal([32 * 32 * 3, 10], stddev=0.01, seed=0))
-    b = tf.Variable(tf.zeros([10]))
-
-    @tf.function
-    def train_step(images, labels):
-        with tf.GradientTape() as tape:
-            logits = tf.reshape(images, [-1, 32 * 32 * 3]) @ w + b
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        for v, g in zip([w, b], tape.gradient(loss, [w, b])):
-            v.assign_sub(0.1 * g)
-        return loss
-
-    return train_step
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,8 @@ import hashlib
 
 import pandas as pd
 
-from experiments.common import MODELS, build_model, device_names, quickstart_cnn, tf_quiet
+from experiments.common import (MODELS, build_model, device_names, quickstart_cnn,
+                                quickstart_linear_step, tf_quiet)
 
 
 def digest(graph_def) -> str:
@@ -55,7 +56,6 @@ def quickstart_rows():
 
     import keras
     import numpy as np
-    import tensorflow as tf
 
     import fddps
     from fddps.tf import local_cpu_devices
@@ -74,18 +74,7 @@ def quickstart_rows():
                      makespan_ms=p.makespan * 1e3, place_s=time.perf_counter() - t))
     print(rows[-1], flush=True)
 
-    w = tf.Variable(tf.zeros([32 * 32 * 3, 10]))
-    b = tf.Variable(tf.zeros([10]))
-
-    @tf.function
-    def train_step(images, labels):
-        with tf.GradientTape() as tape:
-            logits = tf.reshape(images, [-1, 32 * 32 * 3]) @ w + b
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        for v, g in zip([w, b], tape.gradient(loss, [w, b])):
-            v.assign_sub(0.1 * g)
-        return loss
+    train_step = quickstart_linear_step(stddev=0.0)
 
     t = time.perf_counter()
     q = fddps.place(train_step, devices, (x, y), verify=False)
