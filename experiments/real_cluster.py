@@ -652,6 +652,9 @@ def main(argv=None):
                              f"named ALGORITHM{VERIFIED}")
     parser.add_argument("--verify-budget", type=float, default=None,
                         help="seconds each verification may take (default: the library's)")
+    parser.add_argument("--from-csv", nargs="+", default=None, metavar="CSV",
+                        help="run nothing: join these runs' CSVs (e.g. one per network, each in "
+                             "a fresh cluster) into --out, its plot and its page")
     parser.add_argument("--place-with-transfer-cpu", action="store_true",
                         help="place with the CPU cost fitted on concurrent transfers in the cost "
                              "model (a diagnostic: FD-DPS then spreads more)")
@@ -663,6 +666,18 @@ def main(argv=None):
             setattr(args, key, value)
     if args.batch < 1 or args.steps < 1 or args.warmup < 1 or args.profile_steps < 1:
         parser.error("--batch, --steps, --warmup and --profile-steps must be >= 1")
+    command = "python -m experiments.real_cluster" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    if args.from_csv:
+        df = pd.concat([pd.read_csv(f) for f in args.from_csv], ignore_index=True)
+        df["verified"] = df.get("verified", pd.Series("", index=df.index)).fillna("")
+        with pd.option_context("display.width", 200):
+            print(agreement(df).to_string(index=False))
+        out = common.save_csv_and_plot(df, args.out, plot)
+        runs = list(dict.fromkeys(df["command"].dropna())) if "command" in df else []
+        write_markdown(df, out.with_suffix(".md"), command + "".join(
+            f"`, joining the runs of `{c}" for c in runs), np.nan)
+        return df
     algorithms = ["single"] + [a for a in args.algorithms if a != "single"]
     t0 = time.perf_counter()
     df = run(args.models, algorithms, batch=args.batch, steps=args.steps, warmup=args.warmup,
@@ -713,9 +728,8 @@ def main(argv=None):
         print("How well each prediction ranks and sizes the placements (agreement(); "
               "speed-ups over one worker, predicted against measured):")
         print(agreement(df).to_string(index=False))
+    df["command"] = command
     out = common.save_csv_and_plot(df, args.out, plot)
-    command = "python -m experiments.real_cluster" + "".join(
-        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     write_markdown(df, out.with_suffix(".md"), command, wall)
     return df
 
@@ -745,7 +759,8 @@ def write_markdown(df: pd.DataFrame, path, command: str, seconds: float) -> None
         return "" if isinstance(v, float) and np.isnan(v) else str(v).replace("|", "/")
 
     lines = ["# Measured step time of placed graphs on a 2-worker TensorFlow cluster", "",
-             f"Command: `{command}` ({seconds:.0f} s); {datetime.now(timezone.utc):%Y-%m-%d %H:%M} "
+             f"Command: `{command}`" + (f" ({seconds:.0f} s)" if np.isfinite(seconds) else "")
+             + f"; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} "
              f"UTC on {_cpu_model()}, {os.cpu_count()} cores, shared with other work (load "
              f"average {os.getloadavg()[0]:.1f} at the end): compare the rows of one model with "
              "each other (ratios), not across runs.", "",

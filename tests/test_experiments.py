@@ -221,6 +221,12 @@ def test_real_cluster_smoke(tmp_path, capsys):
     # The same placements with transfers queued on FIFO gRPC channels: never faster.
     assert (df.predicted_channels >= df.predicted_tf_order_transfer_cpu * (1 - 1e-9)).all()
     assert "within_15" in text and "Kendall" in (tmp_path / "rc.md").read_text()
+    # Runs joined from their CSVs (one per network, say): the same table, each run's command.
+    joined = real_cluster.main(["--from-csv", str(tmp_path / "rc.csv"),
+                                "--out", str(tmp_path / "joined.csv")])
+    assert list(joined.algorithm) == list(df.algorithm)
+    assert "joining the runs of `python -m experiments.real_cluster --models resnet50" in \
+        (tmp_path / "joined.md").read_text()
     assert not df.placed_with_transfer_cpu.any()  # opt-in: --place-with-transfer-cpu
     # --trace: each worker's ops, measured in a traced step beside the cost model's.
     assert (dp[["measured_ops_w0", "measured_ops_w1", "predicted_ops_w0", "predicted_ops_w1"]] > 0).all()
