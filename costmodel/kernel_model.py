@@ -25,6 +25,15 @@ Two ensembles per class are fitted, both on every GPU's kernels together:
   ``a100`` / ``h100``): it sees a GPU only through its peak FLOP/s and
   memory bandwidth.
 
+Both come in a second form, ``named_shape`` and ``datasheet_shape``, that also
+sees the kernel's shape (:data:`SHAPE_KEYS`: a convolution's batch, channels,
+height, filter size, stride and padding; a MatMul's M, N, K and transposes),
+which select cuDNN's and cuBLAS's algorithm and which FLOPs and bytes do not
+determine. They cross-validate better (the input gradients most) and are used by
+:func:`predict_seconds` for the ops whose shape string it is given; fddps's op
+tables carry FLOPs and bytes only, so ``DevicePreset.op_times`` passes none and
+gets the ensembles above.
+
 The candidate it was chosen over, a roofline whose compute efficiency rises
 with the kernel's size (:func:`fit_roofline_curve`: ``eff(F) = e_max / (1 +
 t0 / (F / peak))^a``, one memory efficiency, fitted per GPU and class), and the
@@ -51,6 +60,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +79,12 @@ MODEL_OP_TYPES = frozenset({"Conv2D", "_FusedConv2D", "Conv2DBackpropInput", "Co
                             "Einsum"})
 FEATURES = ("log_compute_s", "log_memory_s", "log_flops_per_in_byte", "log_flops_per_out_byte",
             "log_in_per_out_byte", "log_flops")
+#: The kernel's shape, where a caller knows it (``predict_seconds(..., shapes=...)``): per kind,
+#: the shape-string keys read (``"N=64 C=3 H=224 W=224 K=64 R=7 S=7 stride_h=2 pad_h=3"``,
+#: ``"M=64 N=1000 K=2048 transpose=NT"``) and the defaults of those that may be left out.
+SHAPE_KEYS = {"conv": ("N", "C", "H", "K", "R", "S", "stride_h", "pad_h"),
+              "matmul": ("M", "N", "K", "trans_a", "trans_b")}
+SHAPE_DEFAULTS = {"conv": {"stride_h": 1, "pad_h": 0}, "matmul": {"trans_a": 0, "trans_b": 0}}
 #: Gradient boosting settings. Cross-validated over shapes on the input gradients (the hardest
 #: class), depth 2-4, 300-600 trees, learning rate 0.05-0.1, Huber or absolute loss, leaves of
 #: 3-10 kernels, subsample 0.5-0.8 all came within 3 points of one another (P100 55-63%,
@@ -103,6 +119,54 @@ def features(flops, input_bytes, output_bytes, peak_flops, memory_bandwidth, *, 
         g = np.broadcast_to(np.asarray(gpu, dtype=object), f.shape)
         x = np.column_stack([x] + [(g == name).astype(float) for name in gpus])
     return x
+
+
+def shape_kind(op_class: str) -> str:
+    """``"conv"`` or ``"matmul"``: which :data:`SHAPE_KEYS` a class's shape has."""
+    return "matmul" if op_class == "matmul" else "conv"
+
+
+def parse_shapes(op_class: str, shapes) -> np.ndarray:
+    """The numbers of each shape string (:data:`SHAPE_KEYS` of the class, in that order), one row
+    per string; a row of NaN where the string is empty, None or lacks a key without a default
+    (that op falls back to the ensemble without shapes).
+
+    ``stride`` / ``pad`` stand for ``stride_h`` / ``pad_h`` where those are absent; a MatMul's
+    ``transpose=TN`` gives ``trans_a`` = 1, ``trans_b`` = 0.
+
+    Examples
+    --------
+    >>> parse_shapes("matmul", ["M=64 N=1000 K=2048 transpose=NT", None]).tolist()
+    [[64.0, 1000.0, 2048.0, 0.0, 1.0], [nan, nan, nan, nan, nan]]
+    """
+    kind = shape_kind(op_class)
+    keys = SHAPE_KEYS[kind]
+    out = np.full((len(shapes), len(keys)), np.nan)
+    for row, shape in enumerate(shapes):
+        if not isinstance(shape, str) or not shape:
+            continue
+        v = dict(re.findall(r"(\w+)=([\w.]+)", shape))
+        v.setdefault("stride_h", v.get("stride", 1))
+        v.setdefault("pad_h", v.get("pad", 0))
+        t = v.get("transpose", "NN")
+        v.setdefault("trans_a", int(t[:1] == "T"))
+        v.setdefault("trans_b", int(t[1:2] == "T"))
+        try:
+            out[row] = [float(v[k]) for k in keys]
+        except (KeyError, ValueError):
+            out[row] = np.nan
+    return out
+
+
+def shape_columns(op_class: str, dims: np.ndarray) -> np.ndarray:
+    """The regressor's shape columns of :func:`parse_shapes`' rows: the logs of the sizes
+    (channels, batch, spatial size, filter size; M, N, K), stride, padding and transposes as
+    they are."""
+    dims = np.asarray(dims, dtype=float)
+    kind = shape_kind(op_class)
+    logged = [k for k in SHAPE_KEYS[kind] if k not in ("stride_h", "pad_h", "trans_a", "trans_b")]
+    return np.column_stack([np.log(np.maximum(dims[:, i], 1.0)) if k in logged else dims[:, i]
+                            for i, k in enumerate(SHAPE_KEYS[kind])])
 
 
 # -- the ensembles as plain arrays ----------------------------------------------------------------
@@ -164,17 +228,37 @@ def _peaks(kernels: pd.DataFrame, datasheets: dict):
             kernels.gpu.map(lambda g: datasheets[g]["memory_bandwidth"]).to_numpy(float))
 
 
-def fit_ensemble(kernels: pd.DataFrame, datasheets: dict, *, gpus=(), params=None):
+def kernel_features(kernels: pd.DataFrame, datasheets: dict, *, gpus=(), shapes=False) -> np.ndarray:
+    """:func:`features` of one class's rows of :func:`costmodel.deepbench.load_kernels`, with
+    :func:`shape_columns` of their ``shape`` strings appended if ``shapes``."""
+    peak, bw = _peaks(kernels, datasheets)
+    x = features(kernels.flops, kernels.input_bytes, kernels.output_bytes, peak, bw,
+                 gpu=kernels.gpu.to_numpy(), gpus=tuple(gpus))
+    if shapes:
+        classes = set(kernels.op_class)
+        if len(classes) != 1:
+            raise CostModelError(f"shape features need the rows of one op class, got {sorted(classes)}")
+        cls = classes.pop()
+        dims = parse_shapes(cls, kernels["shape"].tolist())
+        bad = ~np.isfinite(dims).all(axis=1)
+        if bad.any():
+            raise CostModelError(f"{cls} kernel shape {kernels['shape'].iloc[np.flatnonzero(bad)[0]]!r} "
+                                 f"lacks one of {list(SHAPE_KEYS[shape_kind(cls)])}")
+        x = np.column_stack([x, shape_columns(cls, dims)])
+    return x
+
+
+def fit_ensemble(kernels: pd.DataFrame, datasheets: dict, *, gpus=(), params=None, shapes=False):
     """Fit one class's regressor to ``kernels`` (rows of :func:`costmodel.deepbench.load_kernels`).
 
     ``gpus``: the GPUs with a one-hot column (``()``: a datasheet-only ensemble).
+    ``shapes``: also the kernel's shape (:func:`shape_columns`).
     Returns the fitted ``GradientBoostingRegressor``.
     """
     from sklearn.ensemble import GradientBoostingRegressor
 
     peak, bw = _peaks(kernels, datasheets)
-    x = features(kernels.flops, kernels.input_bytes, kernels.output_bytes, peak, bw,
-                 gpu=kernels.gpu.to_numpy(), gpus=tuple(gpus))
+    x = kernel_features(kernels, datasheets, gpus=gpus, shapes=shapes)
     y = np.log(kernels.seconds.to_numpy(float)
                / reference_seconds(kernels.flops, kernels.input_bytes, kernels.output_bytes, peak, bw))
     return GradientBoostingRegressor(**{**GBR_PARAMS, **(params or {})}).fit(x, y)
@@ -187,13 +271,16 @@ def fit_models(kernels: pd.DataFrame, datasheets: dict, *, params=None) -> dict:
     -------
     dict
         ``{"gpus": [...], "params": ..., "named": {cls: ens}, "datasheet": {cls: ens},
-        "datasheets": {gpu: {peak_flops, memory_bandwidth}}, "kernels": {cls: n}}``.
+        "named_shape": {cls: ens}, "datasheet_shape": {cls: ens},
+        "datasheets": {gpu: {peak_flops, memory_bandwidth}}, "kernels": {cls: n}}``
+        (``*_shape``: with the kernel's shape, :data:`SHAPE_KEYS`).
     """
     gpus = sorted(set(kernels.gpu))
     out = dict(gpus=gpus, params={**GBR_PARAMS, **(params or {})}, features=list(FEATURES),
                datasheets={g: dict(peak_flops=datasheets[g]["peak_flops"],
                                    memory_bandwidth=datasheets[g]["memory_bandwidth"]) for g in gpus},
-               kernels={}, named={}, datasheet={})
+               shape_keys={k: list(v) for k, v in SHAPE_KEYS.items()},
+               kernels={}, named={}, datasheet={}, named_shape={}, datasheet_shape={})
     for cls in MODEL_CLASSES:
         rows = kernels[kernels.op_class == cls]
         if rows.empty:
@@ -201,6 +288,10 @@ def fit_models(kernels: pd.DataFrame, datasheets: dict, *, params=None) -> dict:
         out["kernels"][cls] = int(len(rows))
         out["named"][cls] = export_ensemble(fit_ensemble(rows, datasheets, gpus=gpus, params=params))
         out["datasheet"][cls] = export_ensemble(fit_ensemble(rows, datasheets, params=params))
+        out["named_shape"][cls] = export_ensemble(fit_ensemble(rows, datasheets, gpus=gpus, params=params,
+                                                               shapes=True))
+        out["datasheet_shape"][cls] = export_ensemble(fit_ensemble(rows, datasheets, params=params,
+                                                                   shapes=True))
     return out
 
 
@@ -208,8 +299,8 @@ def save_models(models: dict, path=MODEL_FILE) -> Path:
     """Write :func:`fit_models`' result as JSON."""
     path = Path(path)
     clean = json.loads(json.dumps(models, default=lambda o: None))
-    for kind in ("named", "datasheet"):
-        for ens in clean[kind].values():
+    for kind in ("named", "datasheet", "named_shape", "datasheet_shape"):
+        for ens in clean.get(kind, {}).values():
             ens.pop("_arrays", None)
     path.write_text(json.dumps(clean, separators=(",", ":")) + "\n")
     return path
@@ -231,7 +322,7 @@ def load_models(path=MODEL_FILE) -> dict:
 
 # -- predicting -----------------------------------------------------------------------------------
 def predict_seconds(model: str, flops, input_bytes, output_bytes, classes, *, peak_flops: float,
-                    memory_bandwidth: float, path=MODEL_FILE) -> np.ndarray:
+                    memory_bandwidth: float, shapes=None, path=MODEL_FILE) -> np.ndarray:
     """Kernel seconds of ops of ``classes`` (:data:`MODEL_CLASSES`) on a GPU.
 
     Parameters
@@ -244,11 +335,19 @@ def predict_seconds(model: str, flops, input_bytes, output_bytes, classes, *, pe
         Each op's class; each must have an ensemble.
     peak_flops, memory_bandwidth : float
         The GPU's FP32 FLOP/s and bytes/s.
+    shapes : sequence of str or None, optional
+        Each op's shape string where the caller knows it (:func:`parse_shapes`; None or ``""``
+        where not): those ops are predicted by the ensembles that also see the shape (the
+        filter size, stride, channels and batch that select cuDNN's algorithm; a MatMul's
+        M, N, K and transposes), which cross-validate better (``python -m
+        experiments.gpu_kernels --report``). Ops without one, and every op when ``shapes``
+        is None (as ``DevicePreset.op_times`` calls it today: fddps's op tables carry FLOPs
+        and bytes, not the kernel's attributes), use the ensembles over FLOPs and bytes.
 
     Raises
     ------
     CostModelError
-        For an unknown ``model`` or a class without an ensemble.
+        For an unknown ``model``, a class without an ensemble, or ``shapes`` of the wrong length.
     """
     models = load_models(path)
     classes = np.asarray(classes, dtype=object)
@@ -262,30 +361,146 @@ def predict_seconds(model: str, flops, input_bytes, output_bytes, classes, *, pe
     else:
         raise CostModelError(f"kernel model {model!r} is neither 'datasheet' nor a fitted GPU "
                              f"({models['gpus']})")
+    if shapes is None:
+        shapes = [None] * len(flops)
+    else:
+        shapes = [s if isinstance(s, str) and s else None for s in shapes]
+        if len(shapes) != len(flops):
+            raise CostModelError(f"kernel model {model!r}: {len(shapes)} shapes for {len(flops)} ops")
     out = np.full(len(flops), np.nan)
     # Searches cost the same ops (and parts of them) over and over: remember each kernel's time.
     cache = _CACHE.setdefault((str(path), model, float(peak_flops), float(memory_bandwidth)), {})
-    keys = list(zip(classes.tolist(), flops.tolist(), input_bytes.tolist(), output_bytes.tolist()))
+    keys = list(zip(classes.tolist(), flops.tolist(), input_bytes.tolist(), output_bytes.tolist(),
+                    shapes))
     todo = np.array([k not in cache for k in keys], dtype=bool)
     for cls in np.unique(classes[todo]) if todo.any() else ():
         if cls not in models[kind]:
             raise CostModelError(f"kernel model {model!r} has no ensemble for op class {cls!r} "
                                  f"(has {sorted(models[kind])})")
         sel = todo & (classes == cls)
+        idx = np.flatnonzero(sel)
         x = features(flops[sel], input_bytes[sel], output_bytes[sel], peak_flops, memory_bandwidth,
                      gpu=model, gpus=gpus)
+        log_eff = np.full(len(idx), np.nan)
+        dims = parse_shapes(cls, [shapes[i] for i in idx])
+        known = np.isfinite(dims).all(axis=1) & (cls in models.get(f"{kind}_shape", {}))
+        for j in np.flatnonzero(known):  # a shape that is not this op's (a part of a split op)
+            known[j] = _shape_matches(cls, shapes[idx[j]], input_bytes[idx[j]], output_bytes[idx[j]])
+        if known.any():
+            log_eff[known] = ensemble_predict(models[f"{kind}_shape"][cls],
+                                              np.column_stack([x[known],
+                                                               shape_columns(cls, dims[known])]))
+        if (~known).any():
+            log_eff[~known] = ensemble_predict(models[kind][cls], x[~known])
         ref = reference_seconds(flops[sel], input_bytes[sel], output_bytes[sel], peak_flops,
                                 memory_bandwidth)
-        out[sel] = ref * np.exp(ensemble_predict(models[kind][cls], x))
+        out[sel] = ref * np.exp(log_eff)
         if len(cache) > 200_000:
             cache.clear()
-        cache.update(zip((keys[i] for i in np.flatnonzero(sel)), out[sel].tolist()))
+        cache.update(zip((keys[i] for i in idx), out[sel].tolist()))
     for i in np.flatnonzero(~todo):
         out[i] = cache[keys[i]]
     return out
 
 
 _CACHE: dict = {}
+
+
+def _shape_matches(op_class: str, shape: str, input_bytes: float, output_bytes: float) -> bool:
+    """Whether ``shape``'s FP32 output bytes are the op's within 1%, its input bytes within 5% (a
+    fused bias, a convolution gradient's shape operand). Not its FLOPs: TensorFlow's FLOP count of
+    a convolution gradient with VALID padding runs over the input's size, not the output's."""
+    from .errors import CostModelError as _Error
+    from .kernels import kernel_features  # kernels imports hardware, which imports this module
+
+    try:
+        k = kernel_features(op_class, shape)
+    except (_Error, KeyError, ValueError):
+        return False
+    return bool(np.isclose(k["output_bytes"], output_bytes, rtol=0.01)
+                and np.isclose(k["input_bytes"], input_bytes, rtol=0.05))
+
+
+def _known(dims) -> bool:
+    return dims is not None and all(isinstance(d, (int, np.integer)) and d > 0 for d in dims)
+
+
+def tf_kernel_shape(op_type: str, input_shapes, output_shape, attrs=None):
+    """The shape string (:func:`parse_shapes`) of a TensorFlow op, from its inputs' and output's
+    static shapes and its attributes, or None where it cannot be told (an unknown dimension, a
+    dilated or grouped convolution, an op type DeepBench did not time).
+
+    Parameters
+    ----------
+    op_type : str
+        ``Conv2D``, ``_FusedConv2D``, ``Conv2DBackpropInput``, ``Conv2DBackpropFilter``,
+        ``MatMul`` or ``_FusedMatMul``.
+    input_shapes : sequence of tuple
+        The data inputs' shapes in TensorFlow's order (a convolution's input and filter; the
+        input gradient's ``input_sizes``, filter and output gradient; the filter gradient's
+        input, ``filter_sizes`` and output gradient; a MatMul's ``a`` and ``b``).
+    output_shape : tuple
+        The op's (first) output's shape.
+    attrs : dict, optional
+        ``data_format`` (``"NHWC"``), ``strides``, ``padding`` (``"SAME"``, ``"VALID"``,
+        ``"EXPLICIT"`` with ``explicit_paddings``), ``dilations``; ``transpose_a``,
+        ``transpose_b``. Strings may be bytes.
+
+    Returns
+    -------
+    str or None
+        A MatMul as cuBLAS runs it (column-major, as DeepBench timed it): TensorFlow's
+        ``a (m x k) @ b (k x n)`` is cuBLAS's ``n x m`` product with the operands swapped, so
+        ``M=n N=m`` and the transposes swapped.
+
+    Examples
+    --------
+    >>> tf_kernel_shape("Conv2D", [(64, 224, 224, 3), (7, 7, 3, 64)], (64, 112, 112, 64),
+    ...                 {"strides": [1, 2, 2, 1], "padding": b"SAME"})
+    'N=64 C=3 H=224 W=224 K=64 R=7 S=7 stride_h=2 stride_w=2 pad_h=3 pad_w=3'
+    >>> tf_kernel_shape("MatMul", [(64, 2048), (2048, 1000)], (64, 1000))
+    'M=1000 N=64 K=2048 transpose=NN'
+    """
+    attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in (attrs or {}).items()}
+    shapes = [tuple(s) if s is not None else None for s in input_shapes]
+    out = tuple(output_shape) if output_shape is not None else None
+    if op_type in ("MatMul", "_FusedMatMul"):
+        if len(shapes) < 2 or not (_known(shapes[0]) and _known(shapes[1])):
+            return None
+        a, b = shapes[0], shapes[1]
+        ta, tb = bool(attrs.get("transpose_a", False)), bool(attrs.get("transpose_b", False))
+        if len(a) != 2 or len(b) != 2:
+            return None
+        m, k = (a[1], a[0]) if ta else a
+        n = b[0] if tb else b[1]
+        return f"M={n} N={m} K={k} transpose={'T' if tb else 'N'}{'T' if ta else 'N'}"
+    if op_type not in ("Conv2D", "_FusedConv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"):
+        return None
+    x = {"Conv2DBackpropInput": out}.get(op_type, shapes[0] if shapes else None)
+    f = out if op_type == "Conv2DBackpropFilter" else (shapes[1] if len(shapes) > 1 else None)
+    if not (_known(x) and _known(f)) or len(x) != 4 or len(f) != 4:
+        return None
+    fmt = attrs.get("data_format", "NHWC")
+    h_axis, w_axis = (1, 2) if fmt == "NHWC" else (2, 3)
+    n, h, w = x[0], x[h_axis], x[w_axis]
+    c = x[3] if fmt == "NHWC" else x[1]
+    r, s_, fc, k = f
+    if fc != c or any(d != 1 for d in attrs.get("dilations", [1, 1, 1, 1])):
+        return None
+    strides = attrs.get("strides", [1, 1, 1, 1])
+    sh, sw = strides[h_axis], strides[w_axis]
+    padding = attrs.get("padding", "VALID")
+    if padding == "SAME":
+        def pad(size, kk, st):  # TensorFlow puts the odd row after: the output size is the same
+            return (max((-(-size // st) - 1) * st + kk - size, 0) + 1) // 2
+        ph, pw = pad(h, r, sh), pad(w, s_, sw)
+    elif padding == "EXPLICIT":
+        p = list(attrs.get("explicit_paddings", [0] * 8))
+        ph, pw = p[2 * h_axis], p[2 * w_axis]
+    else:
+        ph = pw = 0
+    return (f"N={n} C={c} H={h} W={w} K={k} R={r} S={s_} stride_h={sh} stride_w={sw} "
+            f"pad_h={ph} pad_w={pw}")
 
 
 # -- the candidate: a roofline with a size-dependent efficiency --------------------------------------

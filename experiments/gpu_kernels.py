@@ -24,7 +24,10 @@ Three modes:
     is held out on every GPU at once): a roofline whose efficiency rises with the
     kernel's size fitted per GPU, a gradient-boosted regressor per GPU, and the
     one pooled over the GPUs that the presets use (in-sample too); and the
-    datasheet model of :func:`costmodel.gpu_from_datasheet` leave-one-GPU-out.
+    datasheet model of :func:`costmodel.gpu_from_datasheet` leave-one-GPU-out;
+    the same two (CV, leave-one-GPU-out) with the kernel's shape as well
+    (:data:`costmodel.kernel_model.SHAPE_KEYS`), and what the shape would change
+    for the CNNs' convolution layers (:func:`conv_layer_shift`).
     Also the all-reduce fit (:mod:`costmodel.allreduce`) against
     DeepBench's all-reduce rows, and fddps's unrolled LSTM steps (as ``rnn_lm``
     and ``nmt`` build them) against DeepBench's fused LSTM layers. Writes
@@ -290,6 +293,9 @@ METHODS = {
     "gbr_pooled_cv": "chosen: gradient boosting pooled over GPUs, one-hot GPU (cross-validated)",
     "gbr_pooled_in": "chosen, in-sample (the committed fit)",
     "datasheet_logo": "gpu_from_datasheet, leave-one-GPU-out (fitted on the other GPUs)",
+    "shape_in": "with the kernel's shape, in-sample (the committed fit)",
+    "shape_cv": "with the kernel's shape: pooled, one-hot GPU (cross-validated)",
+    "shape_logo": "with the kernel's shape, leave-one-GPU-out (datasheet peaks)",
 }
 
 
@@ -319,10 +325,9 @@ def shape_folds(k: pd.DataFrame, folds: int) -> np.ndarray:
     return fold
 
 
-def _ensemble_predict(model, rows, gpus):
+def _ensemble_predict(model, rows, gpus, shapes=False):
     peak, bw = kernel_model._peaks(rows, deepbench.DATASHEETS)
-    x = kernel_model.features(rows.flops, rows.input_bytes, rows.output_bytes, peak, bw,
-                              gpu=rows.gpu.to_numpy(), gpus=tuple(gpus))
+    x = kernel_model.kernel_features(rows, deepbench.DATASHEETS, gpus=gpus, shapes=shapes)
     ref = kernel_model.reference_seconds(rows.flops, rows.input_bytes, rows.output_bytes, peak, bw)
     return ref * np.exp(model.predict(x))
 
@@ -343,6 +348,10 @@ def kernel_predictions(k: pd.DataFrame, folds: int = kernel_model.FOLDS, progres
             gpu, rows.flops, rows.input_bytes, rows.output_bytes, rows.op_class,
             peak_flops=deepbench.DATASHEETS[gpu]["peak_flops"],
             memory_bandwidth=deepbench.DATASHEETS[gpu]["memory_bandwidth"])
+        k.loc[rows.index, "shape_in"] = kernel_model.predict_seconds(
+            gpu, rows.flops, rows.input_bytes, rows.output_bytes, rows.op_class,
+            peak_flops=deepbench.DATASHEETS[gpu]["peak_flops"],
+            memory_bandwidth=deepbench.DATASHEETS[gpu]["memory_bandwidth"], shapes=rows["shape"])
     for cls, c_rows in k.groupby("op_class"):
         progress(f"  {cls}: {folds}-fold cross-validation over {c_rows['shape'].nunique()} shapes")
         for f in range(folds):
@@ -350,6 +359,9 @@ def kernel_predictions(k: pd.DataFrame, folds: int = kernel_model.FOLDS, progres
             model = kernel_model.fit_ensemble(train, deepbench.DATASHEETS, gpus=all_gpus,
                                               params=params)
             k.loc[test.index, "gbr_pooled_cv"] = _ensemble_predict(model, test, all_gpus)
+            model = kernel_model.fit_ensemble(train, deepbench.DATASHEETS, gpus=all_gpus,
+                                              params=params, shapes=True)
+            k.loc[test.index, "shape_cv"] = _ensemble_predict(model, test, all_gpus, shapes=True)
             for gpu, g_test in test.groupby("gpu"):
                 g_train = train[train.gpu == gpu]
                 d = deepbench.DATASHEETS[gpu]
@@ -366,6 +378,9 @@ def kernel_predictions(k: pd.DataFrame, folds: int = kernel_model.FOLDS, progres
             model = kernel_model.fit_ensemble(c_rows[c_rows.gpu != gpu], deepbench.DATASHEETS,
                                               params=params)
             k.loc[held.index, "datasheet_logo"] = _ensemble_predict(model, held, ())
+            model = kernel_model.fit_ensemble(c_rows[c_rows.gpu != gpu], deepbench.DATASHEETS,
+                                              params=params, shapes=True)
+            k.loc[held.index, "shape_logo"] = _ensemble_predict(model, held, (), shapes=True)
     return k
 
 
@@ -391,17 +406,21 @@ def summarize(pred: pd.DataFrame) -> pd.DataFrame:
 
 
 def _plot_kernels(pred: pd.DataFrame, png: Path):
-    """Predicted against measured, log-log, one panel per class; before above, after below."""
+    """Predicted against measured, log-log, one panel per class; rows: before, after (what
+    ``op_times`` uses), and with the kernel's shape, the last two cross-validated."""
     plt = common.matplotlib_agg()
     classes = [c for c in kernel_model.MODEL_CLASSES if c in set(pred.op_class)]
-    fig, axes = plt.subplots(2, len(classes), figsize=(3.6 * len(classes), 7.4), squeeze=False)
+    shown = [("before", "before (roofline)"), ("gbr_pooled_cv", "after (cross-validated)"),
+             ("shape_cv", "with shape (cross-validated)")]
+    shown = [(m, t) for m, t in shown if m in pred.columns]
+    fig, axes = plt.subplots(len(shown), len(classes), figsize=(3.6 * len(classes), 3.7 * len(shown)),
+                             squeeze=False)
     gpus = sorted(set(pred.gpu))
     colors = dict(zip(gpus, plt.cm.tab10.colors))
     for col, cls in enumerate(classes):
         d = pred[pred.op_class == cls]
         lo, hi = d.seconds.min() / 2, d.seconds.max() * 2
-        for row, (m, title) in enumerate((("before", "before (roofline)"),
-                                          ("gbr_pooled_cv", "after (cross-validated)"))):
+        for row, (m, title) in enumerate(shown):
             ax = axes[row, col]
             for gpu in gpus:
                 g = d[d.gpu == gpu]
@@ -481,6 +500,37 @@ def lstm_comparison(gpus=None, progress=print) -> pd.DataFrame:
     return df
 
 
+def conv_layer_shift(layers_path=LAYERS, gpus=("p100", "v100")) -> pd.DataFrame:
+    """Per GPU, model (ResNet-50, VGG-16, Inception-V3 at batch 64: ``conv_layers.csv``) and class,
+    the kernel model's summed time of the model's convolution layers (each layer ``count`` times;
+    no input gradient for the layer reading the images), without shapes (as
+    ``DevicePreset.op_times`` predicts them) and with each layer's shape."""
+    layers = conv_layers(layers_path)
+    rows = []
+    for r in layers.itertuples():
+        for cls in CONV_CLASSES:
+            if cls == "conv_input_grad" and bool(r.first):
+                continue
+            rows.append(dict(model=r.model, count=r.count, op_class=cls, shape=r.shape,
+                             **kernels.kernel_features(cls, r.shape)))
+    ops = pd.DataFrame(rows)
+    out = []
+    for gpu in gpus:
+        d = deepbench.DATASHEETS[gpu]
+        kw = dict(peak_flops=d["peak_flops"], memory_bandwidth=d["memory_bandwidth"])
+        args = (gpu, ops.flops, ops.input_bytes, ops.output_bytes, ops.op_class)
+        t = ops.assign(without=kernel_model.predict_seconds(*args, **kw) * ops["count"],
+                       with_shape=kernel_model.predict_seconds(*args, shapes=ops["shape"].tolist(), **kw)
+                       * ops["count"])
+        for model, m in t.groupby("model"):
+            for cls, c in list(m.groupby("op_class")) + [("all", m)]:
+                out.append(dict(gpu=gpu, model=model, op_class=cls, without_ms=1e3 * c.without.sum(),
+                                with_shape_ms=1e3 * c.with_shape.sum()))
+    df = pd.DataFrame(out)
+    df["ratio"] = df.with_shape_ms / df.without_ms
+    return df
+
+
 def _machine() -> str:
     import os
     import platform
@@ -500,6 +550,13 @@ def _md_table(df: pd.DataFrame) -> str:
     for row in df.itertuples(index=False):
         lines.append("| " + " | ".join(str(v) for v in row) + " |")
     return "\n".join(lines)
+
+
+#: The page's columns: method and label.
+SHOWN = [("before", "before"), ("curve_cv", "roofline curve CV"), ("gbr_gpu_cv", "GBR per GPU CV"),
+         ("gbr_pooled_in", "after in-sample"), ("gbr_pooled_cv", "after CV"),
+         ("datasheet_logo", "datasheet LOGO"), ("shape_cv", "with shape CV"),
+         ("shape_logo", "with shape LOGO")]
 
 
 def _wide(summary: pd.DataFrame, methods) -> pd.DataFrame:
@@ -537,12 +594,11 @@ def deepbench_report(deepbench_dir=None, *, folds=kernel_model.FOLDS, classes=ke
     ar = allreduce_table()
     ar.to_csv(out_dir / "gpu_kernels_allreduce.csv", index=False, float_format="%.6g")
     lstm = lstm_comparison(gpus, progress=progress) if rnn else pd.DataFrame()
+    shift = conv_layer_shift(gpus=[g for g in ("p100", "v100") if not gpus or g in gpus])
+    shift.to_csv(out_dir / "gpu_kernels_layers.csv", index=False, float_format="%.6g")
     if rnn:
         lstm.to_csv(out_dir / "gpu_kernels_lstm.csv", index=False, float_format="%.6g")
-    shown = [("before", "before"), ("curve_cv", "roofline curve CV"), ("gbr_gpu_cv", "GBR per GPU CV"),
-             ("gbr_pooled_in", "after in-sample"), ("gbr_pooled_cv", "after CV"),
-             ("datasheet_logo", "datasheet LOGO")]
-    wide = _wide(summary, shown)
+    wide = _wide(summary, SHOWN)
     print("median predicted/measured / share within 25%, per GPU and class:")
     print(wide.to_string(index=False))
     ar_sys = (ar.groupby("gpu").agg(rows=("ratio", "size"), within_20=("within_20", "mean"),
@@ -551,7 +607,8 @@ def deepbench_report(deepbench_dir=None, *, folds=kernel_model.FOLDS, classes=ke
     print(ar_sys.to_string(index=False))
     checks = must_hold(summary, pred, ar)
     print(checks.to_string(index=False))
-    page = _page(summary, pred, ar, lstm, folds, started, datetime.datetime.now(), classes, gpus, rnn)
+    page = _page(summary, pred, ar, lstm, folds, started, datetime.datetime.now(), classes, gpus, rnn,
+                 shift)
     (out_dir / "gpu_kernels.md").write_text(page)
     progress(f"results: {out_dir / 'gpu_kernels.md'}, gpu_kernels_*.csv, gpu_kernels.png")
     return dict(predictions=pred, summary=summary, allreduce=ar, lstm=lstm, wide=wide)
@@ -562,18 +619,24 @@ def must_hold(summary: pd.DataFrame, pred: pd.DataFrame, ar: pd.DataFrame) -> pd
     70% within 25%); each GPU held out (median within 25%, at least 50% within 25%, over its
     kernels); all-reduce (at least 80% of each system's rows within 20%)."""
     rows = []
-    cv = summary[(summary.method == "gbr_pooled_cv") & summary.gpu.isin(["p100", "v100"])]
-    for r in cv.itertuples():
-        rows.append(dict(check="CV per class: median within 10%, >= 70% within 25%",
-                         subject=f"{r.gpu} {CLASS_LABELS[r.op_class]}",
-                         figure=f"{r.median_ratio:.3f} / {r.within_25:.0%}",
-                         met=bool(abs(r.median_ratio - 1) <= 0.10 and r.within_25 >= 0.70)))
-    ratio = pred.datasheet_logo / pred.seconds
-    for gpu, r in ratio.groupby(pred.gpu):
-        med, share = float(r.median()), float((abs(r - 1) <= WITHIN).mean())
-        rows.append(dict(check="leave-one-GPU-out: median within 25%, >= 50% within 25%",
-                         subject=f"{gpu} ({len(r)} kernels)", figure=f"{med:.3f} / {share:.0%}",
-                         met=bool(abs(med - 1) <= 0.25 and share >= 0.50)))
+    for method, how in (("gbr_pooled_cv", "FLOPs and bytes (what op_times uses)"),
+                        ("shape_cv", "with the kernel's shape")):
+        cv = summary[(summary.method == method) & summary.gpu.isin(["p100", "v100"])]
+        for r in cv.itertuples():
+            rows.append(dict(check=f"CV per class, {how}: median within 10%, >= 70% within 25%",
+                             subject=f"{r.gpu} {CLASS_LABELS[r.op_class]}",
+                             figure=f"{r.median_ratio:.3f} / {r.within_25:.0%}",
+                             met=bool(abs(r.median_ratio - 1) <= 0.10 and r.within_25 >= 0.70)))
+    for method, how in (("datasheet_logo", "FLOPs and bytes (what op_times uses)"),
+                        ("shape_logo", "with the kernel's shape")):
+        if method not in pred.columns:  # a page rewritten from an older run's CSVs
+            continue
+        ratio = pred[method] / pred.seconds
+        for gpu, r in ratio.groupby(pred.gpu):
+            med, share = float(r.median()), float((abs(r - 1) <= WITHIN).mean())
+            rows.append(dict(check=f"leave-one-GPU-out, {how}: median within 25%, >= 50% within 25%",
+                             subject=f"{gpu} ({len(r)} kernels)", figure=f"{med:.3f} / {share:.0%}",
+                             met=bool(abs(med - 1) <= 0.25 and share >= 0.50)))
     for gpu, d in ar.groupby("gpu"):
         share = float(d.within_20.mean())
         rows.append(dict(check="all-reduce: >= 80% of rows within 20%", subject=f"{gpu} ({len(d)} rows)",
@@ -589,14 +652,16 @@ def page_from_csv(out_dir=common.RESULTS, folds=kernel_model.FOLDS) -> str:
     ar = pd.read_csv(out_dir / "gpu_kernels_allreduce.csv")
     lstm_path = out_dir / "gpu_kernels_lstm.csv"
     lstm = pd.read_csv(lstm_path) if lstm_path.exists() else pd.DataFrame()
+    shift_path = out_dir / "gpu_kernels_layers.csv"
+    shift = pd.read_csv(shift_path) if shift_path.exists() else pd.DataFrame()
     when = datetime.datetime.fromtimestamp((out_dir / "gpu_kernels_summary.csv").stat().st_mtime)
     page = _page(summary, pred, ar, lstm, folds, when, None, sorted(set(summary.op_class)), None,
-                 len(lstm) > 0)
+                 len(lstm) > 0, shift)
     (out_dir / "gpu_kernels.md").write_text(page)
     return page
 
 
-def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn) -> str:
+def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn, shift=None) -> str:
     cmd = "python -m experiments.gpu_kernels --report"
     if folds != kernel_model.FOLDS:
         cmd += f" --folds {folds}"
@@ -606,9 +671,7 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn)
         cmd += " --gpus " + " ".join(gpus)
     if not rnn:
         cmd += " --no-rnn"
-    wide = _wide(summary, [("before", "before"), ("curve_cv", "roofline curve CV"),
-                           ("gbr_gpu_cv", "GBR per GPU CV"), ("gbr_pooled_in", "after in-sample"),
-                           ("gbr_pooled_cv", "after CV"), ("datasheet_logo", "datasheet LOGO")])
+    wide = _wide(summary, SHOWN)
     ar_sys = (ar.groupby("gpu").agg(rows=("ratio", "size"), within_20=("within_20", "mean"),
                                     median_ratio=("ratio", "median")).reset_index())
     checks = must_hold(summary, pred, ar)
@@ -618,6 +681,10 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn)
                               before=f"{(pred.before / pred.seconds)[pred.gpu == gpu].median():.2f} / "
                                      f"{(abs(pred.before / pred.seconds - 1) <= WITHIN)[pred.gpu == gpu].mean():.0%}")
                          for gpu, r in (pred.datasheet_logo / pred.seconds).groupby(pred.gpu)])
+    if "shape_logo" in pred.columns:
+        r = pred.shape_logo / pred.seconds
+        logo["with_shape"] = [f"{r[pred.gpu == gpu].median():.2f} / "
+                              f"{(abs(r - 1) <= WITHIN)[pred.gpu == gpu].mean():.0%}" for gpu in logo.GPU]
     fits = allreduce.load_fits()
     fits = fits[fits.chosen.astype(bool)].copy()
     fits["bandwidth"] = (fits.bandwidth / 1e9).map("{:.2f} GB/s".format)
@@ -631,7 +698,8 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn)
         "",
         f"Command: `{cmd}` (no GPU needed). Generated by `experiments/gpu_kernels.py` from "
         f"`gpu_kernels_summary.csv`, `gpu_kernels_predictions.csv`, `gpu_kernels_allreduce.csv`"
-        f"{', `gpu_kernels_lstm.csv`' if rnn else ''}; "
+        f"{', `gpu_kernels_lstm.csv`' if rnn else ''}"
+        f"{', `gpu_kernels_layers.csv`' if shift is not None and len(shift) else ''}; "
         + (f"started {started:%Y-%m-%d %H:%M}, took {(finished - started).total_seconds():.0f} s"
            if finished else f"page rewritten (`--page-only`) from the CSVs of the run that ended "
                             f"{started:%Y-%m-%d %H:%M}")
@@ -652,6 +720,19 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn)
         "chosen because it held up best cross-validated; the roofline curve and the per-GPU "
         "regressor are the candidates it was chosen over.",
         "",
+        "\"with shape\": the same pooled ensembles with the kernel's shape as well (a convolution's "
+        "batch N, channels C and K, height H, filter R x S, stride and padding; a MatMul's M, N, K "
+        "and transposes: `kernel_model.SHAPE_KEYS`), cross-validated and left-one-GPU-out the same "
+        "way. cuDNN and cuBLAS pick their algorithm by these, and FLOPs and bytes do not determine "
+        "them (ratios of FLOPs and bytes derived from them -- a MatMul's M, N, K solved from its "
+        "FLOPs and bytes, powers of two, an odd-square factor hinting at a 3 x 3 filter -- moved "
+        "the cross-validated shares by at most 3 points either way, so they were not kept). The "
+        "committed file holds both; `kernel_model.predict_seconds(..., shapes=...)` uses the "
+        "shape ensembles for ops whose shape it is given. `DevicePreset.op_times` "
+        "(`costmodel/hardware.py`) passes no shapes -- fddps's op tables carry FLOPs and bytes, "
+        "not a kernel's attributes -- so fddps's op times (and Tables 5 and 7) are the \"after\" "
+        "columns until it does.",
+        "",
         _md_table(wide),
         "",
         "![predicted vs measured](gpu_kernels.png)",
@@ -664,7 +745,7 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn)
         "",
         "`gpu_from_datasheet`'s model fitted on the other five GPUs, the held-out GPU known only by "
         "its datasheet (`costmodel/deepbench.py`'s `DATASHEETS`); before: the roofline at 0.6 / "
-        "0.7 of the same datasheet.",
+        "0.7 of the same datasheet; with_shape: the same with the kernel's shape as well.",
         "",
         _md_table(logo),
         "",
@@ -683,6 +764,22 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn)
         "",
         _md_table(ar_sys),
     ]
+    if shift is not None and len(shift):
+        t = shift.assign(without_ms=shift.without_ms.map("{:.1f}".format),
+                         with_shape_ms=shift.with_shape_ms.map("{:.1f}".format),
+                         ratio=shift.ratio.map("{:.2f}".format))
+        parts += [
+            "", "## What the kernel's shape would change for the paper's CNNs",
+            "",
+            "The convolution layers of ResNet-50, VGG-16 (224 x 224) and Inception-V3 (299 x 299) at "
+            "batch 64 (`costmodel/data/conv_layers.csv`; each distinct layer times its count, no "
+            "input gradient for the layer reading the images), their kernel-model times summed: "
+            "`without_ms` as `DevicePreset.op_times` predicts them today (FLOPs and bytes), "
+            "`with_shape_ms` with each layer's shape given (the \"with shape\" ensembles); "
+            "`ratio` = with / without.",
+            "",
+            _md_table(t),
+        ]
     if rnn and len(lstm):
         t = (lstm.groupby("gpu").agg(layers=("ratio", "size"), median_ratio=("ratio", "median"),
                                      matmul_only=("ratio_matmul", "median"),

@@ -33,6 +33,79 @@ def test_committed_kernel_model_is_the_fit_of_deepbench(kernels_fp32):
                                refit.predict(x), rtol=0, atol=1e-6)
 
 
+def test_shape_ensembles_are_the_fit_and_ops_without_a_shape_fall_back(kernels_fp32):
+    """The committed shape ensembles re-fit as committed (MatMul); predict_seconds uses them only
+    for ops whose shape it is given and parses, the FLOPs-and-bytes ensembles for the rest."""
+    models = kernel_model.load_models()
+    assert set(models["named_shape"]) == set(models["datasheet_shape"]) == set(kernel_model.MODEL_CLASSES)
+    assert models["shape_keys"] == {k: list(v) for k, v in kernel_model.SHAPE_KEYS.items()}
+    rows = kernels_fp32[kernels_fp32.op_class == "matmul"]
+    refit = kernel_model.fit_ensemble(rows, deepbench.DATASHEETS, gpus=models["gpus"], shapes=True)
+    x = kernel_model.kernel_features(rows, deepbench.DATASHEETS, gpus=models["gpus"], shapes=True)
+    assert x.shape[1] == len(kernel_model.FEATURES) + len(models["gpus"]) + 5
+    np.testing.assert_allclose(kernel_model.ensemble_predict(models["named_shape"]["matmul"], x),
+                               refit.predict(x), rtol=0, atol=1e-6)
+
+    p100 = rows[rows.gpu == "p100"].head(6)
+    d = deepbench.DATASHEETS["p100"]
+    kw = dict(peak_flops=d["peak_flops"], memory_bandwidth=d["memory_bandwidth"])
+    args = ("p100", p100.flops, p100.input_bytes, p100.output_bytes, p100.op_class)
+    plain = kernel_model.predict_seconds(*args, **kw)
+    shaped = kernel_model.predict_seconds(*args, shapes=p100["shape"].tolist(), **kw)
+    assert np.all(np.isfinite(shaped)) and not np.allclose(plain, shaped)
+    # Unknown, empty or unparsable shapes: those ops as without shapes, the others with theirs.
+    mixed = [None, "", "M=64 N=?", *p100["shape"].tolist()[3:]]
+    got = kernel_model.predict_seconds(*args, shapes=mixed, **kw)
+    np.testing.assert_allclose(got[:3], plain[:3], rtol=1e-12)
+    np.testing.assert_allclose(got[3:], shaped[3:], rtol=1e-12)
+    # A MatMul's transposes default to NN; the parsed keys are the class's.
+    assert kernel_model.parse_shapes("matmul", ["M=2 N=3 K=4"]).tolist() == [[2, 3, 4, 0, 0]]
+    conv = kernel_model.parse_shapes("conv_input_grad", ["N=8 C=3 H=9 W=9 K=4 R=3 S=3 stride=2 pad=1"])
+    assert conv.tolist() == [[8, 3, 9, 4, 3, 3, 2, 1]]
+    with pytest.raises(CostModelError, match="2 shapes for 6 ops"):
+        kernel_model.predict_seconds(*args, shapes=["M=1 N=1 K=1"] * 2, **kw)
+    # A shape that is not the op's (a part of a split op keeping the whole op's shape: half its
+    # output, or half its input read): ignored.
+    for f_in, f_out in ((1.0, 0.5), (0.5, 1.0)):
+        part = ("p100", p100.flops / 2, p100.input_bytes * f_in, p100.output_bytes * f_out, p100.op_class)
+        np.testing.assert_allclose(kernel_model.predict_seconds(*part, shapes=p100["shape"].tolist(), **kw),
+                                   kernel_model.predict_seconds(*part, **kw))
+
+
+def test_tf_kernel_shape_of_convolutions_and_matmuls():
+    """TensorFlow's static shapes and attributes as the shape strings DeepBench's rows have; the
+    shape's FLOPs and bytes are the op's."""
+    from costmodel import kernels
+
+    shape = kernel_model.tf_kernel_shape
+    fwd = shape("Conv2D", [(8, 28, 28, 16), (3, 3, 16, 32)], (8, 14, 14, 32),
+                {"strides": [1, 2, 2, 1], "padding": "SAME"})
+    assert fwd == "N=8 C=16 H=28 W=28 K=32 R=3 S=3 stride_h=2 stride_w=2 pad_h=1 pad_w=1"
+    assert kernels.kernel_features("conv_forward", fwd)["output_bytes"] == 4 * 8 * 14 * 14 * 32
+    # The gradients: the input's shape is the input gradient's output, the filter's the filter
+    # gradient's; NCHW reads its axes where they are.
+    assert shape("Conv2DBackpropInput", [(4,), (3, 3, 16, 32), (8, 14, 14, 32)], (8, 28, 28, 16),
+                 {"strides": [1, 2, 2, 1], "padding": b"SAME"}) == fwd
+    assert shape("Conv2DBackpropFilter", [(8, 16, 28, 28), (4,), (8, 32, 14, 14)], (3, 3, 16, 32),
+                 {"strides": [1, 1, 2, 2], "padding": "SAME", "data_format": "NCHW"}) == fwd
+    assert shape("Conv2D", [(8, 30, 30, 16), (3, 3, 16, 32)], (8, 28, 28, 32), {}).endswith(
+        "stride_h=1 stride_w=1 pad_h=0 pad_w=0")
+    assert shape("Conv2D", [(8, 28, 28, 16), (3, 3, 16, 32)], (8, 28, 28, 32),
+                 {"padding": "EXPLICIT", "explicit_paddings": [0, 0, 2, 2, 1, 1, 0, 0]}).endswith(
+        "pad_h=2 pad_w=1")
+    # A MatMul as cuBLAS (and DeepBench) runs it: column-major, operands swapped.
+    assert shape("MatMul", [(2048, 64), (1000, 2048)], (64, 1000),
+                 {"transpose_a": True, "transpose_b": True}) == "M=1000 N=64 K=2048 transpose=TT"
+    assert shape("MatMul", [(64, 2048), (1000, 2048)], (64, 1000),
+                 {"transpose_b": True}) == "M=1000 N=64 K=2048 transpose=TN"
+    # What cannot be told: None (the op falls back to FLOPs and bytes).
+    assert shape("MatMul", [(None, 2048), (2048, 1000)], (None, 1000)) is None
+    assert shape("Conv2D", [(8, 28, 28, 16), (3, 3, 16, 32)], (8, 24, 24, 32),
+                 {"dilations": [1, 2, 2, 1]}) is None
+    assert shape("BatchMatMulV2", [(2, 3, 4), (2, 4, 5)], (2, 3, 5)) is None
+    assert shape("Conv2D", [(8, 28, 28, 16), None], (8, 28, 28, 32)) is None
+
+
 def test_exported_ensemble_predicts_as_scikit_learn():
     from sklearn.ensemble import GradientBoostingRegressor
 
@@ -179,3 +252,40 @@ def test_lstm_step_is_one_matmul_and_the_gates():
     mm = ops[ops.op_type == "MatMul"]
     assert len(mm) == 1 and mm.flops.iloc[0] == 2 * 4 * 64 * 128  # [x, h] (4 x 64) by 64 x 128
     assert {"Sigmoid", "Tanh", "Mul", "BiasAdd"} <= set(ops.op_type)
+
+
+def test_tf_kernel_shape_agrees_with_the_op_table():
+    """On a small TensorFlow training graph, every convolution (and its gradients) and MatMul gets
+    a shape whose bytes are the op table's, so predict_seconds would use the shape ensembles."""
+    from experiments import common
+
+    common.tf_quiet()
+    import tensorflow as tf
+
+    from fddps.tf.graphdef import op_table
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 28, 28, 16])
+        h = tf.nn.conv2d(x, tf.compat.v1.get_variable("w", [3, 3, 16, 32]), strides=2, padding="SAME")
+        h = tf.nn.conv2d(h, tf.compat.v1.get_variable("w2", [5, 5, 32, 8]), strides=1, padding="VALID")
+        a = tf.reshape(h, [8, -1])
+        b = tf.compat.v1.get_variable("b", [800, 10])
+        loss = tf.reduce_sum(tf.matmul(a, b)) + tf.reduce_sum(tf.matmul(b, a, True, True))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    table = op_table(g).set_index("name")
+    classes = {"Conv2D": "conv_forward", "Conv2DBackpropInput": "conv_input_grad",
+               "Conv2DBackpropFilter": "conv_filter_grad", "MatMul": "matmul"}
+    seen = []
+    for op in g.get_operations():
+        if op.type not in classes:
+            continue
+        attrs = {k: op.get_attr(k) for k in ("strides", "padding", "data_format", "dilations",
+                                             "transpose_a", "transpose_b") if k in op.node_def.attr}
+        shape = kernel_model.tf_kernel_shape(op.type, [tuple(t.shape.as_list()) for t in op.inputs],
+                                             tuple(op.outputs[0].shape.as_list()), attrs)
+        row = table.loc[op.name]
+        assert kernel_model._shape_matches(classes[op.type], shape, row.input_bytes,
+                                           row.output_bytes), (op.name, shape)
+        seen.append(op.type)
+    assert sorted(set(seen)) == sorted(classes) and len(seen) == 12  # 2 + 2 + 2 convs, 6 MatMuls
