@@ -204,7 +204,6 @@ def measure(torch, layers, precisions, repeats, batch=64) -> list[dict]:
             for cls, fn in timed.items():
                 rows.append(dict(op_class=cls, shape=shape, precision=precision,
                                  seconds=_time(torch, fn, repeats)))
-            del x, w, y, dy
         for shape in matmul_shapes(batch):
             d = kernels.parse_shape("matmul", shape)
             a = torch.randn(d["M"], d["K"], device=dev)
