@@ -38,6 +38,7 @@ import pandas as pd
 
 from ..strategy.expand import op_layout, op_records, part_of_task
 from ..strategy.ops import NotDescribed, resolve
+from .pase_edges import RowCosts, edge_table
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
                 "profile_name"]
@@ -233,7 +234,8 @@ def edges_between(step, vertex_of, scalar_edges=False) -> dict:
     return {k: sorted(r, key=position.get) for k, r in out.items()}
 
 
-def build_tables(step, cluster, cost_model, vertices, configs, check=None, scalar_edges=False):
+def build_tables(step, cluster, cost_model, vertices, configs, check=None, scalar_edges=False,
+                 vectorised=True):
     """``(unary, pairwise)`` of the additive cost (module notes).
 
     Parameters
@@ -245,6 +247,10 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         ``check(what)`` is called between vertices and edges (a time budget).
     scalar_edges : bool
         As :func:`edges_between`'s.
+    vectorised : bool
+        Cost each edge's table for all pairs of configurations at once
+        (:func:`~fddps.search.pase_edges.edge_table`: the same values); False costs
+        every pair record by record (the reference the tests compare it with).
 
     Returns
     -------
@@ -265,7 +271,8 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         unary_terms.append(row)
         if check:
             check(f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
-    pair_terms = {}
+    pair_terms, pair_tables = {}, {}
+    row_costs = RowCosts(cluster, cost_model)
     edges = edges_between(step, vertex_of, scalar_edges)
     for e, ((u, v), readers) in enumerate(edges.items()):
         term = frozenset((u, v))
@@ -277,6 +284,14 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         touch_v = _touching(step, readers, vertex_of, v)
         ku = _distinct(configs[u], touch_u)
         kv = _distinct(configs[v], touch_v)
+        if vectorised:
+            table = edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku,
+                               kv, row_costs)
+            if table is not None:
+                pair_tables[u, v] = table
+                if check:
+                    check(f"edge {e + 1} of {len(edges)} between vertices")
+                continue
         cache, per_reader = {}, {}
         sides = {u: {v}, v: {u}}
 
@@ -313,7 +328,7 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
             check(f"edge {e + 1} of {len(edges)} between vertices")
     values = batch.values(cost_model)
     unary = [values[np.asarray(r, dtype=np.int64)] for r in unary_terms]
-    pairwise = {k: values[idx] for k, idx in pair_terms.items()}
+    pairwise = {k: pair_tables[k] if k in pair_tables else values[pair_terms[k]] for k in edges}
     return unary, pairwise
 
 
