@@ -41,7 +41,9 @@ _PROBE = "\x00pase_probe_"
 
 
 class RowCosts:
-    """Cost-model seconds per device type of cost-model rows, cached by their fields."""
+    """Cost-model seconds per device type of cost-model rows, cached by their fields; and
+    what the edges of one build share: each reader configuration's feeds, each row's
+    fields."""
 
     def __init__(self, cluster, cost_model):
         devices = cluster.devices
@@ -49,6 +51,8 @@ class RowCosts:
         self.type_of = np.array([self.types.index(d.type) for d in devices])
         self.cost_model = cost_model
         self.cache = {}
+        self.feeds = {}  # (reader, its configuration) -> _reader_positions
+        self.rows = {}  # (kind, feed, piece or count) -> _row's fields (None: no row)
 
     def __call__(self, rows) -> np.ndarray:
         """``(len(rows), devices)``: each row's seconds on each device of the cluster."""
@@ -167,9 +171,16 @@ def edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku, kv
             cfg = configs[mine][a][1][n]
             k = (tuple(sorted(cfg.split.items())), cfg.devices)
             if k not in cfg_id:
-                pos = _reader_positions(step, layouts, n, cfg, across)
+                # Feeds from every other vertex, derived once per reader configuration
+                # for all the edges it reads across; this edge's kept (record order).
+                pos = row_costs.feeds.get((n, k))
+                if pos is None and (n, k) not in row_costs.feeds:
+                    outside = {m for m, _ in step.ops[n].inputs if vertex_of[m] != mine}
+                    pos = row_costs.feeds[n, k] = _reader_positions(step, layouts, n, cfg,
+                                                                    outside)
                 if pos is None:
                     return None
+                pos = [x for x in pos if x[0] in across]
                 cfg_id[k] = len(cfg_pos)
                 cfg_pos.append(pos)
             reader_cfg.append(cfg_id[k])
@@ -290,8 +301,13 @@ def edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku, kv
                 for j, cd in enumerate(uniq.tolist()):
                     rest, xx = divmod(cd, span)
                     kk, c = divmod(rest, len(cfg_pos))
-                    ids[j] = _row(kk, cfg_pos[c][i], xx, boxes, itemsize_of[cfg_pos[c][i][:2]],
-                                  row_id)
+                    feed = cfg_pos[c][i]
+                    memo = (kk, feed[:4], boxes[xx] if kk == 1 else xx)
+                    if memo not in row_costs.rows:
+                        row_costs.rows[memo] = _row(kk, feed, xx, boxes,
+                                                    itemsize_of[feed[:2]])
+                    spec = row_costs.rows[memo]
+                    ids[j] = -1 if spec is None else row_id(spec)
                 rows[some] = ids[inverse]
             row_steps.append((rows, dev))
     if row_specs:
@@ -304,25 +320,25 @@ def edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku, kv
     return table[np.asarray(ku)][:, np.asarray(kv)]
 
 
-def _row(kind, position, x, boxes, itemsize, row_id) -> int:
+def _row(kind, position, x, boxes, itemsize):
     """The row a feed at ``position`` pays: a reduce of ``x`` partial sums (kind 2), a
     concatenation (0), a slice of piece ``boxes[x]`` (1; none when it is the whole piece
-    or a view); -1 for none. The same fields as :func:`~fddps.strategy.expand.op_records`'."""
+    or a view); None for none. The same fields as :func:`~fddps.strategy.expand.op_records`'."""
     src, port, consumer, box, _ = position
     size = float(math.prod(b - a for a, b in box)) * itemsize
     if kind == 2:
-        return row_id(dict(name=f"{src}/fddps_reduce_{port}", op_type="AddN",
-                           flops=size / max(itemsize, 1) * (x - 1),
-                           input_bytes=size * x, output_bytes=size, param_bytes=0.0))
+        return dict(name=f"{src}/fddps_reduce_{port}", op_type="AddN",
+                    flops=size / max(itemsize, 1) * (x - 1),
+                    input_bytes=size * x, output_bytes=size, param_bytes=0.0)
     if kind == 0:
-        return row_id(dict(name=f"{consumer}/fddps_concat", op_type="ConcatV2", flops=0.0,
-                           input_bytes=size, output_bytes=size, param_bytes=0.0))
+        return dict(name=f"{consumer}/fddps_concat", op_type="ConcatV2", flops=0.0,
+                    input_bytes=size, output_bytes=size, param_bytes=0.0)
     pbox = boxes[x]
     inter = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(pbox, box))
     if inter == pbox or first_axis_view([b - a for a, b in pbox],
                                         [a - a0 for (a, _), (a0, _) in zip(inter, pbox)],
                                         [b - a for a, b in inter], itemsize):
-        return -1
-    return row_id(dict(name=f"{consumer}/fddps_slice", op_type="Slice", flops=0.0,
-                       input_bytes=float(math.prod(b - a for a, b in pbox)) * itemsize,
-                       output_bytes=size, param_bytes=0.0))
+        return None
+    return dict(name=f"{consumer}/fddps_slice", op_type="Slice", flops=0.0,
+                input_bytes=float(math.prod(b - a for a, b in pbox)) * itemsize,
+                output_bytes=size, param_bytes=0.0)

@@ -264,10 +264,27 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
     for i, vtx in enumerate(vertices):
         keep = {frozenset((i,))}
         row = []
+        # An op's records in its vertex's term depend on its own configuration and those
+        # of the ops of its vertex it reads: each distinct combination expanded once, the
+        # term the concatenation of its ops' records in vertex order (as one call gives).
+        reads = {n: [n] + [s for s in dict.fromkeys([p for p, _ in step.ops[n].inputs] +
+                                                    list(step.ops[n].control_inputs))
+                           if vertex_of[s] == i] for n in vtx}
+        per_op = {}
         for _, cfgs in configs[i]:
-            items = term_items(step, layouts, vtx, _Configs(cfgs, vertex_of, configs), vertex_of,
-                               keep, reads=lambda n, own={i}: own)
-            row.append(batch.add(*items.get(frozenset((i,)), ([], []))))
+            given = _Configs(cfgs, vertex_of, configs)
+            rows, links = [], []
+            for n in vtx:
+                key = (n,) + tuple((tuple(sorted(given[m].split.items())), given[m].devices)
+                                   for m in reads[n])
+                got = per_op.get(key)
+                if got is None:
+                    items = term_items(step, layouts, [n], given, vertex_of, keep,
+                                       reads=lambda _, own={i}: own)
+                    got = per_op[key] = items.get(frozenset((i,)), ([], []))
+                rows.extend(got[0])
+                links.extend(got[1])
+            row.append(batch.add(rows, links))
         unary_terms.append(row)
         if check:
             check(f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
