@@ -23,8 +23,10 @@ the price of additivity.
 :func:`build_tables` fills ``unary[v][c]`` and ``pairwise[u, v][c_u, c_v]``
 with these terms; :func:`additive_cost` computes the same sum for one given
 strategy from its whole expansion at once (the independent check:
-``tests/test_pase.py``). Costing is batched: every row of every table goes
-through one cost-model call per device type.
+``tests/test_pase.py``). Costing is batched: every row of the vertex tables
+goes through one cost-model call per device type; each edge's table is costed
+for all pairs of configurations at once (:mod:`~fddps.search.pase_edges`: the
+same floats as costing each pair's records).
 """
 
 from __future__ import annotations
