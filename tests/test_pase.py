@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costmodel import default_cost_model
+from fddps.search import pase_edges
 from fddps.search.base import SearchError
-from fddps.search.pase import PaseSearch, dfs_order, eliminate, paper_order
+from fddps.search.pase import PaseSearch, _run, dfs_order, eliminate, paper_order
 from fddps.search.pase_tables import additive_cost, build_tables, edges_between, tables_cost
 from fddps.search.pase_vertices import coarsen, factor_tuples, vertex_configs
 from fddps.strategy import OpConfig, Strategy, validate
@@ -84,6 +85,15 @@ def _strategy(step, configs, choice, devices):
     return Strategy(chosen, devices[0])
 
 
+def _assert_same_tables(got, want):
+    """Bit for bit: the vectorised edge tables against the record-by-record costing."""
+    (u1, p1), (u2, p2) = got, want
+    assert len(u1) == len(u2) and all(np.array_equal(a, b) for a, b in zip(u1, u2))
+    assert list(p1) == list(p2)
+    for k in p2:
+        assert p1[k].shape == p2[k].shape and np.array_equal(p1[k], p2[k]), k
+
+
 dag = st.tuples(
     st.lists(st.sampled_from(["MatMul", "Tanh", "AddV2"]), min_size=2, max_size=5),
     st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=5, max_size=5),
@@ -102,6 +112,8 @@ def test_pase_equals_brute_force_and_tables_equal_the_strategy_cost(drawn, rnd):
         step = StepGraph([step.ops[n] for n in step.ops])
     cluster = CM.cluster(devices)
     unary, pairwise = build_tables(step, cluster, CM, vertices, configs)
+    _assert_same_tables((unary, pairwise),
+                        build_tables(step, cluster, CM, vertices, configs, vectorised=False))
     if len(vertices) == len(coarsen(step)):
         want = _brute_force(unary, pairwise)
         edges = list(pairwise)
@@ -109,6 +121,15 @@ def test_pase_equals_brute_force_and_tables_equal_the_strategy_cost(drawn, rnd):
             cost, choice = eliminate(unary, pairwise, order=order)
             assert cost == pytest.approx(want, rel=1e-12, abs=1e-15)
             assert tables_cost(unary, pairwise, choice) == pytest.approx(want, rel=1e-12)
+            # Runner-ups re-eliminate only what a banned choice reaches: the same answer
+            # as eliminating from scratch.
+            _, _, steps = _run(unary, pairwise, sizes, order)
+            for v in range(len(unary)):
+                banned = list(unary)
+                banned[v] = unary[v].copy()
+                banned[v][choice[v]] = np.inf
+                fresh = eliminate(banned, pairwise, order=order)
+                assert _run(banned, pairwise, sizes, order, base=steps, changed=v)[:2] == fresh
     # Tables equal the independent additive cost of whole strategies, at random
     # choices and at every choice of one vertex with the rest random.
     vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
@@ -267,3 +288,47 @@ def test_the_experiment_writes_its_table(tmp_path):
         pase["returned"].startswith("pase runner-up")
     text = (tmp_path / "pase.md").read_text()
     assert "| alexnet | 2 | 4 | 32 | pase |" in text and "cores" in text
+
+
+def _small_cnn(batch=8, width=8):
+    """Convolutions (halo rows), batch norm (statistics exchanged), pooling, a dense layer."""
+    from fddps.tf.strategy_graph import step_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.random.default_rng(1).standard_normal((batch, 8, 8, 3)).astype(np.float32))
+        labels = tf.one_hot(tf.constant(np.arange(batch) % 5), 5)
+        w1 = tf.compat.v1.get_variable("w1", [3, 3, 3, width], use_resource=True)
+        w2 = tf.compat.v1.get_variable("w2", [3, 3, width, width], use_resource=True)
+        w3 = tf.compat.v1.get_variable("w3", [4 * 4 * width, 5], use_resource=True)
+        gamma = tf.compat.v1.get_variable("gamma", [width], use_resource=True)
+        beta = tf.compat.v1.get_variable("beta", [width], use_resource=True)
+        h, _, _ = tf.compat.v1.nn.fused_batch_norm(tf.nn.conv2d(x, w1, 1, "SAME"), gamma, beta,
+                                                   is_training=True)
+        h = tf.nn.max_pool2d(tf.nn.relu(h), 2, 2, "VALID")
+        h = tf.nn.relu(tf.nn.conv2d(h, w2, 1, "SAME"))
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+            labels=labels, logits=tf.matmul(tf.reshape(h, [batch, -1]), w3)), name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    return step_graph(g.as_graph_def(), [train.name, "loss:0"])
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_vectorised_edge_tables_equal_the_record_by_record_costing(mlp, k, monkeypatch):
+    # Same floats, so the DP's answer cannot change: splits of every dimension (partial
+    # sums, halos, batch-norm statistics, slices and concatenations) at 3 and 4 devices.
+    from fddps.search import pase_tables
+
+    made = []
+
+    def edge_table(*args, **kw):
+        made.append(pase_edges.edge_table(*args, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(pase_tables, "edge_table", edge_table)
+    for step in (mlp, _small_cnn()):
+        devices, vertices, configs = _space(step, k)
+        cluster = CM.cluster(devices)
+        _assert_same_tables(build_tables(step, cluster, CM, vertices, configs),
+                            build_tables(step, cluster, CM, vertices, configs, vectorised=False))
+    assert made and all(t is not None for t in made)  # no edge fell back to the records

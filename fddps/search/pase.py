@@ -127,7 +127,7 @@ def plan(sizes, edges, order):
     return worst, who, scope_len, total
 
 
-def eliminate(unary, pairwise, max_table=10**7, names=None, order=None):
+def eliminate(unary, pairwise, max_table=10**7, names=None, order=None, check_only=False):
     """Exact minimum of ``sum_v unary[v][c_v] + sum_(u,v) pairwise[u,v][c_u, c_v]``.
 
     Parameters
@@ -142,6 +142,8 @@ def eliminate(unary, pairwise, max_table=10**7, names=None, order=None):
         Vertex names for the error message.
     order : list of int, optional
         The elimination order (default: the paper's, :func:`paper_order`).
+    check_only : bool
+        Only check the table sizes (returns None).
 
     Returns
     -------
@@ -169,29 +171,51 @@ def eliminate(unary, pairwise, max_table=10**7, names=None, order=None):
         raise SearchError(f"vertex {name!r} would need a table of {int(worst)} entries "
                           f"({scope_len} unprocessed neighbours, {sizes[who]} configurations "
                           f"of its own; max_table={max_table})")
+    if check_only:
+        return None
+    constant, choice, _ = _run(unary, pairwise, sizes, order)
+    return constant, choice
+
+
+def _run(unary, pairwise, sizes, order, base=None, changed=None):
+    """The elimination itself: ``(constant, choice, steps)``.
+
+    ``steps`` records each step's ``(scope, argmin, reduced table, changed)``. Given
+    the ``steps`` of a ``base`` run on the same graph and order whose tables differ
+    only in vertex ``changed``'s unary, a step none of whose factors derive from that
+    vertex's is taken from ``base`` (the same inputs: the same floats), so a runner-up
+    re-eliminates only what the banned choice reaches.
+    """
+    n = len(unary)
     bucket = defaultdict(list)  # vertex -> factor ids mentioning it
     factors = {}
     for v in range(n):
-        factors[v] = ((v,), np.asarray(unary[v], dtype=np.float64))
+        factors[v] = ((v,), np.asarray(unary[v], dtype=np.float64), v == changed)
         bucket[v].append(v)
     for fid, ((u, v), table) in enumerate(pairwise.items(), start=n):
-        factors[fid] = ((u, v), np.asarray(table, dtype=np.float64))
+        factors[fid] = ((u, v), np.asarray(table, dtype=np.float64), False)
         bucket[u].append(fid)
         bucket[v].append(fid)
     next_id = n + len(pairwise)
-    trace = []
+    trace, steps = [], []
     constant = 0.0
-    for x in order:
+    for t, x in enumerate(order):
         mine = [factors.pop(f) for f in dict.fromkeys(bucket.pop(x, ())) if f in factors]
-        scope = sorted({v for s, _ in mine for v in s} - {x})
-        axes = scope + [x]
-        total = np.zeros([sizes[v] for v in axes])
-        for s, table in mine:
-            total = total + broadcast(table, s, axes, sizes)
-        trace.append((x, scope, np.argmin(total, axis=-1)))
-        reduced = np.min(total, axis=-1)
+        dirty = any(d for _, _, d in mine)
+        if base is not None and not dirty:
+            scope, arg, reduced, _ = base[t]
+        else:
+            scope = sorted({v for s, _, _ in mine for v in s} - {x})
+            axes = scope + [x]
+            total = np.zeros([sizes[v] for v in axes])
+            for s, table, _ in mine:
+                total = total + broadcast(table, s, axes, sizes)
+            arg = np.argmin(total, axis=-1)
+            reduced = np.min(total, axis=-1)
+        steps.append((scope, arg, reduced, dirty))
+        trace.append((x, scope, arg))
         if scope:
-            factors[next_id] = (tuple(scope), reduced)
+            factors[next_id] = (tuple(scope), reduced, dirty)
             for v in scope:
                 bucket[v].append(next_id)
             next_id += 1
@@ -200,7 +224,7 @@ def eliminate(unary, pairwise, max_table=10**7, names=None, order=None):
     choice = [0] * n
     for x, scope, arg in reversed(trace):
         choice[x] = int(arg[tuple(choice[v] for v in scope)]) if scope else int(arg)
-    return constant, choice
+    return constant, choice, steps
 
 
 @register_search
@@ -309,7 +333,9 @@ class PaseSearch(StrategySearch):
         t_costs = time.perf_counter() - t0 - t_space
         names = self.names
         t1 = time.perf_counter()
-        cost, choice = eliminate(unary, pairwise, self.max_table, names, order)
+        eliminate(unary, pairwise, self.max_table, names, order, check_only=True)
+        sizes = [len(u) for u in unary]
+        cost, choice, steps = _run(unary, pairwise, sizes, order)
         t_dp = time.perf_counter() - t1
         # Runners-up: the optimum with one of its costliest split choices forbidden.
         answers = [choice]
@@ -322,7 +348,7 @@ class PaseSearch(StrategySearch):
             banned = list(unary)
             banned[v] = unary[v].copy()
             banned[v][choice[v]] = np.inf
-            _, alt = eliminate(banned, pairwise, self.max_table, names, order)
+            _, alt, _ = _run(banned, pairwise, sizes, order, base=steps, changed=v)
             if alt not in answers:
                 answers.append(alt)
         ev = StrategyEvaluator(step, cluster, cost_model)

@@ -23,8 +23,10 @@ the price of additivity.
 :func:`build_tables` fills ``unary[v][c]`` and ``pairwise[u, v][c_u, c_v]``
 with these terms; :func:`additive_cost` computes the same sum for one given
 strategy from its whole expansion at once (the independent check:
-``tests/test_pase.py``). Costing is batched: every row of every table goes
-through one cost-model call per device type.
+``tests/test_pase.py``). Costing is batched: every row of the vertex tables
+goes through one cost-model call per device type; each edge's table is costed
+for all pairs of configurations at once (:mod:`~fddps.search.pase_edges`: the
+same floats as costing each pair's records).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import pandas as pd
 
 from ..strategy.expand import op_layout, op_records, part_of_task
 from ..strategy.ops import NotDescribed, resolve
+from .pase_edges import RowCosts, edge_table
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
                 "profile_name"]
@@ -233,7 +236,8 @@ def edges_between(step, vertex_of, scalar_edges=False) -> dict:
     return {k: sorted(r, key=position.get) for k, r in out.items()}
 
 
-def build_tables(step, cluster, cost_model, vertices, configs, check=None, scalar_edges=False):
+def build_tables(step, cluster, cost_model, vertices, configs, check=None, scalar_edges=False,
+                 vectorised=True):
     """``(unary, pairwise)`` of the additive cost (module notes).
 
     Parameters
@@ -245,6 +249,10 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         ``check(what)`` is called between vertices and edges (a time budget).
     scalar_edges : bool
         As :func:`edges_between`'s.
+    vectorised : bool
+        Cost each edge's table for all pairs of configurations at once
+        (:func:`~fddps.search.pase_edges.edge_table`: the same values); False costs
+        every pair record by record (the reference the tests compare it with).
 
     Returns
     -------
@@ -258,14 +266,32 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
     for i, vtx in enumerate(vertices):
         keep = {frozenset((i,))}
         row = []
+        # An op's records in its vertex's term depend on its own configuration and those
+        # of the ops of its vertex it reads: each distinct combination expanded once, the
+        # term the concatenation of its ops' records in vertex order (as one call gives).
+        reads = {n: [n] + [s for s in dict.fromkeys([p for p, _ in step.ops[n].inputs] +
+                                                    list(step.ops[n].control_inputs))
+                           if vertex_of[s] == i] for n in vtx}
+        per_op = {}
         for _, cfgs in configs[i]:
-            items = term_items(step, layouts, vtx, _Configs(cfgs, vertex_of, configs), vertex_of,
-                               keep, reads=lambda n, own={i}: own)
-            row.append(batch.add(*items.get(frozenset((i,)), ([], []))))
+            given = _Configs(cfgs, vertex_of, configs)
+            rows, links = [], []
+            for n in vtx:
+                key = (n,) + tuple((tuple(sorted(given[m].split.items())), given[m].devices)
+                                   for m in reads[n])
+                got = per_op.get(key)
+                if got is None:
+                    items = term_items(step, layouts, [n], given, vertex_of, keep,
+                                       reads=lambda _, own={i}: own)
+                    got = per_op[key] = items.get(frozenset((i,)), ([], []))
+                rows.extend(got[0])
+                links.extend(got[1])
+            row.append(batch.add(rows, links))
         unary_terms.append(row)
         if check:
             check(f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
-    pair_terms = {}
+    pair_terms, pair_tables = {}, {}
+    row_costs = RowCosts(cluster, cost_model)
     edges = edges_between(step, vertex_of, scalar_edges)
     for e, ((u, v), readers) in enumerate(edges.items()):
         term = frozenset((u, v))
@@ -277,6 +303,14 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         touch_v = _touching(step, readers, vertex_of, v)
         ku = _distinct(configs[u], touch_u)
         kv = _distinct(configs[v], touch_v)
+        if vectorised:
+            table = edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku,
+                               kv, row_costs)
+            if table is not None:
+                pair_tables[u, v] = table
+                if check:
+                    check(f"edge {e + 1} of {len(edges)} between vertices")
+                continue
         cache, per_reader = {}, {}
         sides = {u: {v}, v: {u}}
 
@@ -313,7 +347,7 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
             check(f"edge {e + 1} of {len(edges)} between vertices")
     values = batch.values(cost_model)
     unary = [values[np.asarray(r, dtype=np.int64)] for r in unary_terms]
-    pairwise = {k: values[idx] for k, idx in pair_terms.items()}
+    pairwise = {k: pair_tables[k] if k in pair_tables else values[pair_terms[k]] for k in edges}
     return unary, pairwise
 
 
