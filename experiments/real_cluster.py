@@ -473,15 +473,16 @@ def _verify_columns(record) -> dict:
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per model and algorithm: measured and predicted ms, speedups over one worker, error."""
     out = []
-    for model, g in df.groupby("model", sort=False):
+    for (model, batch), g in df.groupby(["model", "batch"], sort=False):
         single = g.set_index("algorithm").get("measured", pd.Series(dtype=float)).get("single", np.nan)
         single_pred = g.set_index("algorithm").get("predicted", pd.Series(dtype=float)).get("single", np.nan)
         for r in g.itertuples():
             if r.status != "ok":
-                out.append(dict(model=model, algorithm=label(r.algorithm), measured_ms=r.status))
+                out.append(dict(model=model, batch=batch, algorithm=label(r.algorithm),
+                                measured_ms=r.status))
                 continue
             cpu = getattr(r, "predicted_transfer_cpu", np.nan)
-            out.append(dict(model=model, algorithm=label(r.algorithm),
+            out.append(dict(model=model, batch=batch, algorithm=label(r.algorithm),
                             measured_ms=round(r.measured * 1e3, 1),
                             min_max_ms=f"{r.measured_min * 1e3:.0f}-{r.measured_max * 1e3:.0f}",
                             predicted_ms=round(r.predicted * 1e3, 1),
@@ -575,7 +576,7 @@ def plot(df: pd.DataFrame, path):
     """Measured (bars) and predicted (markers) step time per model and algorithm, three models a row."""
     plt = common.matplotlib_agg()
     ok = df[df.status == "ok"]
-    models = list(dict.fromkeys(ok.model))
+    models = list(dict.fromkeys(zip(ok.model, ok.batch)))  # one panel per network and batch
     cols = min(3, max(1, len(models)))
     rows = -(-max(1, len(models)) // cols)
     # The legend's four entries in one row need three panels' width; else two a row.
@@ -588,8 +589,8 @@ def plot(df: pd.DataFrame, path):
                 "predicted (CPU cost of concurrent transfers)"),
                ("predicted_tf_order_transfer_cpu", "^", "tab:red",
                 "predicted (that cost, TensorFlow's executor order)")]
-    for ax, model in zip(axes.flat, models):
-        g = ok[ok.model == model]
+    for ax, (model, batch) in zip(axes.flat, models):
+        g = ok[(ok.model == model) & (ok.batch == batch)]
         x = np.arange(len(g))
         ax.bar(x, g.measured * 1e3, color="tab:blue", label="measured (median, min-max)")
         ax.errorbar(x, g.measured * 1e3, yerr=[(g.measured - g.measured_min) * 1e3,
@@ -600,7 +601,7 @@ def plot(df: pd.DataFrame, path):
                 ax.scatter(x, g[column] * 1e3, marker=marker, color=color, zorder=3, label=text)
         ax.set_xticks(x, [label(a) for a in g.algorithm], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("step time (ms)")
-        ax.set_title(f"{model} (batch {g.batch.iloc[0]}), 2 workers x 1 core", fontsize=10)
+        ax.set_title(f"{model} (batch {batch}), 2 workers x 1 core", fontsize=10)
     for ax in list(axes.flat)[len(models):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
