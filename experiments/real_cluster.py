@@ -785,10 +785,7 @@ def write_markdown(df: pd.DataFrame, path, command: str, seconds: float) -> None
                   "`one_worker_rows` other rows that, like `single`, run the step on one "
                   "worker (the run's noise floor). "
                   "Predictions: " + "; ".join(f"`{k}`: {v}" for k, v in PREDICTIONS.items())
-                  + ".", "",
-                  "| " + " | ".join(scores.columns) + " |", "|" + "---|" * len(scores.columns)]
-        lines += ["| " + " | ".join(cell(round(v, 2) if isinstance(v, float) else v) for v in row)
-                  + " |" for row in scores.itertuples(index=False)]
+                  + ".", "", common.markdown_table(scores, "{:.2f}")]
     if "verify_detail" in df and df.verify_detail.fillna("").astype(bool).any():
         lines += ["", "Verification (``place(..., verify=True)``, timed inside place(); the "
                   "finalist returned is the row's placement, measured again above):", ""]
