@@ -367,10 +367,10 @@ def cmd_simulate(args):
 
     schedule, desc = _replay_placed(args)
     g = schedule.graph
-    t = simulate(g, schedule.cluster, schedule.placement)
+    t = simulate(g, schedule.cluster, schedule.placement, policy="tensorflow")
     used = len(set(schedule.device.tolist()))
     print(f"{desc}\npredicted step time {t.makespan * 1e3:.4g} ms (TensorFlow's own order per "
-          f"device, FIFO executor model) on {used} of {schedule.cluster.num_devices} devices")
+          f"device, TensorFlow executor model) on {used} of {schedule.cluster.num_devices} devices")
     import pandas as pd
 
     per_device = pd.DataFrame({"busy_ms": t.busy * 1e3, "utilization": t.utilization,

@@ -309,6 +309,35 @@ def test_tensorflow_executor_policy_runs_depth_first_and_remote_inputs_last():
         executor_order(g, c, device, policy="lifo")
 
 
+
+def test_tensorflow_policy_sends_after_the_op_the_sender_starts_next():
+    from fddps.simulate import executor_order
+
+    # a (1 s) on device 0 feeds b (5 s, local) and c (1 s, on device 1) over a
+    # compute-charged link: T = 1 + 100 B / 100 B/s = 2 s, 1 s of it on each end.
+    g = OpGraph(["a", "b", "c"], [1.0, 5.0, 1.0], [("a", "b", 0), ("a", "c", 100)])
+    devices = Cluster.homogeneous(2).devices
+    c = Cluster(devices, bandwidth=100.0, latency=1.0, transfer_compute=1.0)
+    device = np.array([0, 0, 1])
+    # FIFO: the send goes first (1-2 s), the receive 2-3 s, c 3-4 s; b 2-7 s.
+    fifo = fddps.simulate(g, c, device, policy="fifo")
+    assert fifo.ops.set_index("op").loc["c", "start"] == pytest.approx(3.0)
+    assert fifo.makespan == pytest.approx(7.0)
+    # TensorFlow: the worker serves the tensor only once b, which it started
+    # when a finished, is done: send 6-7 s, receive 7-8 s, c 8-9 s.
+    tf = fddps.simulate(g, c, device, policy="tensorflow")
+    assert tf.ops.set_index("op").loc["c", "start"] == pytest.approx(8.0)
+    assert tf.makespan == pytest.approx(9.0)
+    order = executor_order(g, c, device, policy="tensorflow", tasks=True)
+    assert [g.names[i] if i < 3 else "send" for i in order[0]] == ["a", "b", "send"]
+    # With nothing else to start, the send goes at once.
+    alone = OpGraph(["a", "c"], [1.0, 1.0], [("a", "c", 100)])
+    assert fddps.simulate(alone, c, [0, 1], policy="tensorflow").makespan == pytest.approx(4.0)
+    # A copy engine's transfer (no compute charge) waits for nothing.
+    gpu = Cluster(devices, bandwidth=100.0, latency=1.0)
+    assert fddps.simulate(g, gpu, device, policy="tensorflow").ops.set_index("op").loc[
+        "c", "start"] == pytest.approx(3.0)
+
 def test_fifo_simulation_runs_ready_ops_first_in_topological_order():
     g = OpGraph(["a", "b", "c"], [1.0, 2.0, 3.0], [("a", "c")])
     t = fddps.simulate(g, Cluster.homogeneous(1), ["0", "0", "0"])

@@ -387,7 +387,8 @@ def test_placement_reports(cnn_graph, tmp_path):
     order = [[p.schedule.graph.names[i] for i in seq] for seq in p.schedule.order]
     assert p.executor_makespan > 0
     assert p.executor_makespan == pytest.approx(
-        fddps.simulate(p.schedule.graph, p.cluster, p.schedule.device).makespan)
+        fddps.simulate(p.schedule.graph, p.cluster, p.schedule.device,
+                       policy="tensorflow").makespan)
     assert fddps.simulate(p.schedule.graph, p.cluster, p.schedule.device,
                           order).makespan == pytest.approx(p.makespan)
     ordered = place(cnn_graph.graph_def, CPUS, fetches=["train", "loss"], enforce_order=True)

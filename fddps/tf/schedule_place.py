@@ -31,7 +31,8 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
     """Whether to enforce the schedule's order, or fall back to one device (``enforce_order="auto"``).
 
     TensorFlow's executor picks each device's order itself; predicted that way
-    (:func:`fddps.simulate`, FIFO) the step may be slower than on the best
+    (:func:`fddps.simulate` with its ``"tensorflow"`` executor: depth first,
+    a worker's sends behind the op it starts next) the step may be slower than on the best
     single device. Then the scheduled order is enforced when it can be
     (``can_enforce``: fetches given) and the scheduled step beats one device;
     otherwise the whole graph goes on the best single device
@@ -49,7 +50,8 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
             "single_makespan": float("nan")}
     if enforce_order != "auto":
         return schedule, bool(enforce_order), info
-    tf_order = float(simulate(schedule.graph, cluster, schedule.device).makespan)
+    tf_order = float(simulate(schedule.graph, cluster, schedule.device,
+                              policy="tensorflow").makespan)
     info["tf_order_makespan"] = tf_order
     if tf_order <= schedule.makespan * (1 + 1e-9):
         return schedule, False, info
@@ -127,13 +129,14 @@ def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, ov
         if fetches:
             record_fetches(out, fetches)  # so `fddps simulate` of the file predicts this step
         # Without order edges TensorFlow's executor picks the order on each device:
-        # predict that step too (a first-in-first-out executor), which may be slower.
+        # predict that step too, which may be slower.
         if enforce_order:
             executor = schedule.makespan
         elif not guard["order_guard"] and np.isfinite(guard["tf_order_makespan"]):
             executor = guard["tf_order_makespan"]  # the guard predicted this schedule already
         else:
-            executor = float(simulate(split_graph, cluster, schedule.device).makespan)
+            executor = float(simulate(split_graph, cluster, schedule.device,
+                                      policy="tensorflow").makespan)
         info.update(order_edges_added=order_edges, decide_seconds=t_decided - t_read,
                     executor_makespan=executor, **guard,
                     place_seconds=time.perf_counter() - t0, algorithm=algorithm,
