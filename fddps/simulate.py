@@ -447,20 +447,9 @@ def replay(graph, cluster, device, order, exec_time=None, trace=None):
     return start[:graph.num_ops], finish[:graph.num_ops]
 
 
-def _replay_flow(graph, cluster, device, order, exec_time=None, trace=None, task_order=False):
-    """:func:`replay`, returning the times of every task of the step's
-    :class:`_Flow` (ops first, then sends, receives and wires) and the flow
-    itself. On a cluster that shares hardware the tasks run in
-    :func:`_run_shared` (``trace`` gets its rate changes)."""
-    n = graph.num_ops
-    device = np.asarray(device, dtype=np.int64)
-    et = graph.exec_times(cluster) if exec_time is None else exec_time
-    dur = et[np.arange(n), device]
-    seen = np.zeros(n, dtype=bool)
-    order = [np.asarray(seq, dtype=np.int64) for seq in order]
-    tasks = order if task_order else None
-    if task_order:
-        order = [seq[seq < n] for seq in order]
+def _check_order(graph, cluster, device, order):
+    """Raise :class:`InvalidScheduleError` unless ``order`` lists each op once, on its device."""
+    seen = np.zeros(graph.num_ops, dtype=bool)
     for k, seq in enumerate(order):
         if seq.size and np.any(device[seq] != k):
             bad = int(seq[device[seq] != k][0])
@@ -472,6 +461,22 @@ def _replay_flow(graph, cluster, device, order, exec_time=None, trace=None, task
     if not seen.all():
         bad = int(np.flatnonzero(~seen)[0])
         raise InvalidScheduleError(f"op {graph.names[bad]!r} is missing from the order of its device")
+
+
+def _replay_flow(graph, cluster, device, order, exec_time=None, trace=None, task_order=False):
+    """:func:`replay`, returning the times of every task of the step's
+    :class:`_Flow` (ops first, then sends, receives and wires) and the flow
+    itself. On a cluster that shares hardware the tasks run in
+    :func:`_run_shared` (``trace`` gets its rate changes)."""
+    n = graph.num_ops
+    device = np.asarray(device, dtype=np.int64)
+    et = graph.exec_times(cluster) if exec_time is None else exec_time
+    dur = et[np.arange(n), device]
+    order = [np.asarray(seq, dtype=np.int64) for seq in order]
+    tasks = order if task_order else None
+    if task_order:
+        order = [seq[seq < n] for seq in order]
+    _check_order(graph, cluster, device, order)
     if cluster.shares_hardware:
         flow = _Flow(graph, cluster, device, dur, wires=cluster.shares_links)
         start, finish = _run_shared(flow, tasks or flow.order_tasks(order), cluster, trace)
@@ -495,7 +500,8 @@ def fifo_order(graph, cluster, device, exec_time=None):
     return executor_order(graph, cluster, device, exec_time, policy="fifo")
 
 
-def executor_order(graph, cluster, device, exec_time=None, policy="fifo", tasks=False):
+def executor_order(graph, cluster, device, exec_time=None, policy="fifo", tasks=False,
+                   fixed_order=None):
     """Per-device order an executor that runs ready ops as they come would follow.
 
     Whenever a device is free it takes one of its ops whose inputs have
@@ -535,6 +541,9 @@ def executor_order(graph, cluster, device, exec_time=None, policy="fifo", tasks=
     tasks : bool
         Also list the sends and receives (task indices past ``n``, as
         :func:`replay`'s ``trace`` numbers them) where the executor runs them.
+    fixed_order : sequence of arrays of int, optional
+        Per device, the order its ops must run in (order edges): the executor
+        then only decides where the sends and receives go.
 
     Returns
     -------
@@ -565,6 +574,13 @@ def executor_order(graph, cluster, device, exec_time=None, policy="fifo", tasks=
         for t_idx in flow.sends[flow.share > 0].tolist():
             waits[t_idx] = True
     deferred = [[] for _ in range(m)]   # per device: sends waiting for its next op
+    fixed = None if fixed_order is None else [np.asarray(seq, dtype=np.int64).tolist()
+                                              for seq in fixed_order]
+    head = [0] * m
+    position = [0] * n
+    for seq in fixed or []:
+        for k, i in enumerate(seq):
+            position[i] = k
     local = [True] * total   # whether the input that came last was made on the device
     indeg = flow.indeg.tolist()
     ready = [0.0] * total
@@ -576,7 +592,23 @@ def executor_order(graph, cluster, device, exec_time=None, policy="fifo", tasks=
     readied = 0                         # counter, for the depth-first policy
     first = (-1,)
 
+    def pick(d):
+        """The task device ``d`` starts now, or -1: with a ``fixed`` order, only
+        the next op of its order (or a transfer) may start."""
+        avail = available[d]
+        if not avail:
+            return -1
+        i = avail[0][1]
+        if fixed is not None and i < n:
+            if i != fixed[d][head[d]]:
+                return -1
+            head[d] += 1
+        heapq.heappop(avail)
+        return i
+
     def key(i, r):
+        if r >= 0 and fixed is not None:
+            return (1, position[i])  # the given order
         if r < 0 or not depth_first:
             return (r,)  # transfers first; then topological order
         # Readied locally: last readied first. By a remote tensor: at the back, in turn.
@@ -602,20 +634,15 @@ def executor_order(graph, cluster, device, exec_time=None, policy="fifo", tasks=
                 deferred[d].append(i)
             else:
                 heapq.heappush(avail, (key(i, r), i))
+        i = pick(d)
         if deferred[d]:
             # The sends go right after the op the device starts now (at once if none).
-            if avail:
-                _, i = heapq.heappop(avail)
-            else:
-                i = -1
             for j in deferred[d]:
                 heapq.heappush(avail, (first, j))
             deferred[d] = []
             if i < 0:
-                _, i = heapq.heappop(avail)
-        elif avail:
-            _, i = heapq.heappop(avail)
-        else:
+                i = pick(d)
+        if i < 0:
             if waiting:
                 heapq.heappush(events, (waiting[0][0], d))
             continue
@@ -758,7 +785,10 @@ def simulate(graph, cluster, placement, order=None, policy="fifo"):
         name or index. Without it, each device runs its ops as an executor
         would (:func:`executor_order`).
     policy : ``"fifo"`` or ``"tensorflow"``
-        That executor's choice among ready ops (:func:`executor_order`).
+        That executor's choice among ready ops (:func:`executor_order`). With
+        an ``order`` (TensorFlow held to it by order edges), ``"tensorflow"``
+        still sends a compute-charged tensor after the op that follows its
+        producer, as its worker does.
 
     Returns
     -------
@@ -781,6 +811,8 @@ def simulate(graph, cluster, placement, order=None, policy="fifo"):
     >>> simulate(g, c, {"a": "0", "b": "1"}).makespan
     3.0
     """
+    if policy not in EXECUTOR_POLICIES:
+        raise ValueError(f"unknown executor policy {policy!r}; known: {', '.join(EXECUTOR_POLICIES)}")
     device = _device_array(graph, cluster, placement)
     et = graph.exec_times(cluster)
     dur = et[np.arange(graph.num_ops), device]
@@ -788,14 +820,27 @@ def simulate(graph, cluster, placement, order=None, policy="fifo"):
         bad = int(np.flatnonzero(np.isinf(dur))[0])
         raise InvalidScheduleError(f"op {graph.names[bad]!r} cannot run on device "
                                    f"{cluster.names[device[bad]]!r} (no cost for its type)")
-    task_order = False
-    if order is None:
-        # TensorFlow's executor decides where sends run, too: replay them there.
-        task_order = policy == "tensorflow"
-        order = executor_order(graph, cluster, device, et, policy, tasks=task_order)
-    else:
+    if order is not None:
         order = [np.asarray([graph.index[o] if o in graph.index else int(o) for o in seq],
                             dtype=np.int64) for seq in order]
+    # TensorFlow's executor decides where sends and receives run too (also when
+    # order edges fix its ops' order): replay them there.
+    task_order = policy == "tensorflow"
+    if task_order and order is not None:
+        _check_order(graph, cluster, device, order)
+    if task_order:
+        given, order = order, executor_order(graph, cluster, device, et, policy, tasks=True,
+                                             fixed_order=order)
+        if given is not None and sum(int((seq < graph.num_ops).sum()) for seq in order) < graph.num_ops:
+            ran = np.zeros(graph.num_ops, dtype=bool)
+            for seq in order:
+                ran[seq[seq < graph.num_ops]] = True
+            stuck = int(np.flatnonzero(~ran)[0])
+            raise InvalidScheduleError(
+                f"the per-device order contradicts the graph's dependencies: op "
+                f"{graph.names[stuck]!r} on {cluster.names[device[stuck]]!r} can never start")
+    elif order is None:
+        order = executor_order(graph, cluster, device, et, policy)
     start, finish, flow = _replay_flow(graph, cluster, device, order, et, task_order=task_order)
     n = graph.num_ops
     start, finish = start[:n], finish[:n]

@@ -333,6 +333,12 @@ def test_tensorflow_policy_sends_after_the_op_the_sender_starts_next():
     # With nothing else to start, the send goes at once.
     alone = OpGraph(["a", "c"], [1.0, 1.0], [("a", "c", 100)])
     assert fddps.simulate(alone, c, [0, 1], policy="tensorflow").makespan == pytest.approx(4.0)
+    # Held to an order by order edges, the worker still sends after the next op.
+    held = fddps.simulate(g, c, device, order=[["a", "b"], ["c"]], policy="tensorflow")
+    assert held.makespan == pytest.approx(9.0)
+    with pytest.raises(InvalidScheduleError, match="can never start"):
+        fddps.simulate(OpGraph(["a", "b"], [1.0, 1.0], [("a", "b", 0)]), c, [0, 0],
+                       order=[["b", "a"], []], policy="tensorflow")
     # A copy engine's transfer (no compute charge) waits for nothing.
     gpu = Cluster(devices, bandwidth=100.0, latency=1.0)
     assert fddps.simulate(g, gpu, device, policy="tensorflow").ops.set_index("op").loc[

@@ -53,8 +53,9 @@ class Placement:
     @property
     def executor_makespan(self) -> float:
         """Predicted seconds of one step when TensorFlow orders each device's ops
-        itself (:func:`fddps.simulate` with its ``"tensorflow"`` executor); the
-        scheduled :attr:`makespan` when ``enforce_order=True`` fixed the order."""
+        itself (:func:`fddps.simulate` with its ``"tensorflow"`` executor); with
+        order edges (``enforce_order``), the scheduled order run by that executor
+        (its workers' sends behind the op after their producer)."""
         return float(self.info.get("executor_makespan", self.schedule.makespan))
 
     @property

@@ -34,15 +34,17 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
     (:func:`fddps.simulate` with its ``"tensorflow"`` executor: depth first,
     a worker's sends behind the op it starts next) the step may be slower than on the best
     single device. Then the scheduled order is enforced when it can be
-    (``can_enforce``: fetches given) and the scheduled step beats one device;
+    (``can_enforce``: fetches given) and the scheduled step, predicted as
+    TensorFlow runs it held to that order, beats one device;
     otherwise the whole graph goes on the best single device
     (:class:`~fddps.algorithms.single.SingleDevice`), if one can hold it.
 
     Returns ``(schedule, enforce, info)``: the schedule to write (the
     single-device one after a fallback), whether to add order edges, and
     ``order_guard`` ("" when nothing was done, "enforced order" or "single
-    device"), ``tf_order_makespan`` and ``single_makespan`` (seconds; NaN when
-    not computed or no single device can hold the graph).
+    device"), ``tf_order_makespan``, ``single_makespan`` and, when it came to
+    that, ``enforced_order_makespan`` (seconds; NaN when not computed or no
+    single device can hold the graph).
     """
     from ..algorithms import get_algorithm
 
@@ -63,7 +65,12 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
         info["single_makespan"] = float(single.makespan)
     if single is None or tf_order <= single.makespan * (1 + 1e-9):
         return schedule, False, info
-    if can_enforce and schedule.makespan < single.makespan:
+    # Held to the scheduled order, a worker still serves its sends on the thread
+    # that runs the step (simulate with the order and the "tensorflow" executor).
+    enforced = float(simulate(schedule.graph, cluster, schedule.device, order=schedule.order,
+                              policy="tensorflow").makespan)
+    info["enforced_order_makespan"] = enforced
+    if can_enforce and enforced < single.makespan:
         info["order_guard"] = "enforced order"
         return schedule, True, info
     info["order_guard"] = "single device"
@@ -131,7 +138,9 @@ def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, ov
         # Without order edges TensorFlow's executor picks the order on each device:
         # predict that step too, which may be slower.
         if enforce_order:
-            executor = schedule.makespan
+            executor = guard.get("enforced_order_makespan") or float(simulate(
+                split_graph, cluster, schedule.device, order=schedule.order,
+                policy="tensorflow").makespan)
         elif not guard["order_guard"] and np.isfinite(guard["tf_order_makespan"]):
             executor = guard["tf_order_makespan"]  # the guard predicted this schedule already
         else:
