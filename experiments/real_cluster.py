@@ -54,6 +54,7 @@ import gzip
 import pickle
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -65,7 +66,8 @@ DEFAULT_MODELS = ("inception_v3", "resnet50")
 #: The suffix of ``verify_also`` rows: the algorithm placed with ``verify=True``.
 VERIFIED = "+verify"
 #: Predictions :func:`agreement` scores against the measured step.
-PREDICTIONS = {"predicted": "place()'s own",
+PREDICTIONS = {"predicted": "place()'s schedule",
+               "predicted_executor": "place()'s prediction of the step TF runs",
                "predicted_tf_order": "TensorFlow's executor order",
                "predicted_tf_order_transfer_cpu": "TF order, concurrent-transfer CPU cost",
                "predicted_channels": "TF order, that cost, FIFO gRPC channels"}
@@ -195,10 +197,10 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
                                    repeats=repeats, target=cluster.target, progress=progress)
     cpu = fit_transfer_cpu(concurrent)
     t2 = time.perf_counter()
-    # The CPU cost of concurrent transfers is kept out of the model place() uses unless
-    # asked (transfer_cpu=True, a diagnostic): with it, FD-DPS spread Inception-V3 over
-    # both workers (134 MB in 962 transfers), predicted as fast as one worker, measured
-    # 0.72x. It is reported beside (predicted_transfer_cpu).
+    # With the CPU cost of concurrent transfers in the model (transfer_cpu=True), FD-DPS
+    # once spread Inception-V3 over both workers and measured 0.72x: the order guard
+    # then predicted with a FIFO executor. The TensorFlow executor model (sends behind
+    # the op after their producer) predicts such spreads slower, and place() falls back.
     cm = costmodel.fit_cost_model(prof.join(op_table(model.graph_def)), transfers=transfers,
                                   base=base, graph=prof.meta["graph"],
                                   transfer_cpu=cpu if transfer_cpu else None)
@@ -266,13 +268,49 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
 
 
 def _tf_order(schedule, cluster, enforced) -> float:
-    """The schedule's step in TensorFlow's own executor order on ``cluster``; NaN when
-    order edges enforce the scheduled order, or without that cluster."""
+    """The schedule's step as TensorFlow's executor runs it on ``cluster``: in its own
+    order, or in the scheduled one when order edges enforce it; NaN without that cluster."""
     from fddps import simulate
 
-    if cluster is None or enforced:
+    if cluster is None:
         return np.nan
-    return simulate(schedule.graph, cluster, schedule.device, policy="tensorflow").makespan
+    return simulate(schedule.graph, cluster, schedule.device,
+                    order=schedule.order if enforced else None, policy="tensorflow").makespan
+
+
+def replay(saved) -> pd.DataFrame:
+    """The measured rows of ``--save-schedules`` files, predicted again by this simulator.
+
+    Each saved placement keeps its measured step and what it was predicted from
+    (``graph``, ``device``, ``order``, ``cluster``, ``cpu_cluster``): the prediction
+    columns that come from the simulator (``predicted_executor``, ``predicted_tf_order``,
+    ``predicted_tf_order_transfer_cpu``, ``predicted_channels``) are recomputed, so a
+    change to the executor or transfer model is scored against steps already measured,
+    without the cluster. The placements themselves are not made again: what ``place()``
+    would now choose needs a fresh run.
+
+    Parameters
+    ----------
+    saved : iterable of dict
+        The entries of one or more ``--save-schedules`` files.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The saved rows, their prediction columns recomputed.
+    """
+    rows = []
+    for r in saved:
+        row = dict(r["row"])
+        graph, device, cluster, cpu = r["graph"], r["device"], r["cluster"], r["cpu_cluster"]
+        enforced = bool(row.get("order_edges", 0))
+        schedule = SimpleNamespace(graph=graph, device=device, order=r["order"])
+        row.update(predicted_executor=_tf_order(schedule, cluster, enforced),
+                   predicted_tf_order=_tf_order(schedule, cluster, enforced),
+                   predicted_tf_order_transfer_cpu=_tf_order(schedule, cpu, enforced),
+                   predicted_channels=_tf_order(schedule, _with_channels(cpu), enforced))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _with_channels(cluster):
@@ -286,15 +324,16 @@ def _with_channels(cluster):
 
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
-        enforce_order=False, progress=True, strategies=(), place_transfer_cpu=False,
+        enforce_order="auto", progress=True, strategies=(), place_transfer_cpu=True,
         trace=False, save_schedules=None, verify=False, verify_budget=None, verify_also=()):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
     ``algorithms`` are :func:`fddps.place` algorithms (placements and the
     strategy searches, e.g. ``"auto"``, ``"flexflow"``); ``strategies`` names
     :data:`STRATEGIES` run as given (``place(..., strategy=...)``), in rows
-    named ``strategy:<name>``. ``place_transfer_cpu``: place with the concurrent-transfer
-    CPU cost in the cost model (the opt-in ``transfer_cpu``), as a diagnostic. ``trace``:
+    named ``strategy:<name>``. ``place_transfer_cpu`` (default True): place with the
+    concurrent-transfer CPU cost in the cost model (``transfer_cpu``); False: ``T / 2``
+    per end. ``enforce_order``: :func:`fddps.place`'s (default ``"auto"``, its own). ``trace``:
     one more traced step per placement, so that what each worker's ops took
     (``measured_ops_w0``, ``_w1``; transfers' nodes ``measured_comm_w0``,
     ``_w1``) stands beside what the cost model gave them (``predicted_ops_w0``,
@@ -400,6 +439,9 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            predicted_ops_w0=predicted_ops[0], predicted_ops_w1=predicted_ops[1],
                            transfers=len(sent), transfer_MB=float(sent.sum() / 1e6),
                            predicted=p.makespan, place_seconds=p.info["place_seconds"],
+                           # The step the written graph runs: TensorFlow's executor
+                           # (its own order, or held to the schedule's by order edges).
+                           predicted_executor=p.executor_makespan,
                            predicted_transfer_cpu=(
                                Schedule.from_order(s.graph, cpu_cluster, s.device, s.order).makespan
                                if cpu_cluster is not None else np.nan),
@@ -518,7 +560,8 @@ def agreement(df: pd.DataFrame) -> pd.DataFrame:
     rows (``single`` and the ``+verify`` rows left out) whose predicted
     speed-up is within 15% of the measured one, ``tau`` Kendall's tau-b
     between the two over those rows and ``single``; and, for the run,
-    ``proposed_faster`` (rows predicted at least 10% faster than one worker)
+    ``proposed_faster`` (rows that ``place()`` predicts, as TensorFlow runs them,
+    at least 10% faster than one worker)
     with ``of_them_not_slower`` (those measuring at least 1.0x),
     ``verified_min`` (the slowest ``+verify`` row, measured speed-up) and
     ``one_worker_spread`` (the largest distance from 1.0x of the
@@ -541,7 +584,8 @@ def agreement(df: pd.DataFrame) -> pd.DataFrame:
             row[f"{column}:within_15"] = float(close[others].mean())
             row[f"{column}:tau"] = float(pd.concat([predicted[checked], measured[checked]], axis=1)
                                          .corr(method="kendall").iloc[0, 1])
-        faster = others & (g.predicted["single"] / g.predicted >= 1.1)
+        proposed = g.predicted_executor if "predicted_executor" in g else g.predicted
+        faster = others & (proposed["single"] / proposed >= 1.1)
         row["proposed_faster"] = int(faster.sum())
         row["of_them_not_slower"] = int((measured[faster] >= 1.0).sum())
         verified = measured[~checked]
@@ -633,8 +677,10 @@ def main(argv=None):
                         help="strategies to run as given, besides the algorithms (e.g. "
                              "data_parallel parameter_split mixed; head_data_parallel: "
                              "ResNets and VGG-16 only, 'n/a' for the others)")
-    parser.add_argument("--enforce-order", action="store_true",
-                        help="add control edges so TF runs each worker's ops in the scheduled order")
+    parser.add_argument("--enforce-order", choices=("auto", "on", "off"), default="auto",
+                        help="place()'s enforce_order: 'auto' (its default: order edges only "
+                             "where TensorFlow's own order is predicted slower than one worker "
+                             "and the scheduled order is not), 'on' (always), 'off' (never)")
     parser.add_argument("--out", default=str(common.RESULTS / "real_cluster.csv"))
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--save-schedules", default=None, metavar="PATH.pkl.gz",
@@ -656,9 +702,14 @@ def main(argv=None):
     parser.add_argument("--from-csv", nargs="+", default=None, metavar="CSV",
                         help="run nothing: join these runs' CSVs (e.g. one per network, each in "
                              "a fresh cluster) into --out, its plot and its page")
-    parser.add_argument("--place-with-transfer-cpu", action="store_true",
-                        help="place with the CPU cost fitted on concurrent transfers in the cost "
-                             "model (a diagnostic: FD-DPS then spreads more)")
+    parser.add_argument("--replay", nargs="+", default=None, metavar="PATH.pkl.gz",
+                        help="run nothing: predict the placements of these --save-schedules "
+                             "files again with the current simulator, against their measured "
+                             "steps, into --out, its plot and its page")
+    parser.add_argument("--half-transfer-cpu", action="store_true",
+                        help="place with T / 2 of CPU per end of each transfer instead of the "
+                             "CPU cost fitted on concurrent transfers (reported beside, in "
+                             "predicted_transfer_cpu)")
     args = parser.parse_args(argv)
     quick = dict(batch=2, steps=2, warmup=1, profile_steps=1) if args.quick else \
         dict(batch=8, steps=10, warmup=3, profile_steps=5)
@@ -669,8 +720,12 @@ def main(argv=None):
         parser.error("--batch, --steps, --warmup and --profile-steps must be >= 1")
     command = "python -m experiments.real_cluster" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-    if args.from_csv:
-        df = pd.concat([pd.read_csv(f) for f in args.from_csv], ignore_index=True)
+    if args.from_csv or args.replay:
+        if args.replay:
+            saved = [entry for path in args.replay for entry in pickle.load(gzip.open(path))]
+            df = replay(saved)
+        else:
+            df = pd.concat([pd.read_csv(f) for f in args.from_csv], ignore_index=True)
         df["verified"] = df.get("verified", pd.Series("", index=df.index)).fillna("")
         with pd.option_context("display.width", 200):
             print(agreement(df).to_string(index=False))
@@ -684,9 +739,10 @@ def main(argv=None):
     df = run(args.models, algorithms, batch=args.batch, steps=args.steps, warmup=args.warmup,
              profile=not args.no_profile, profile_steps=args.profile_steps,
              comm_sizes=(4, 1 << 20, 8 << 20) if args.quick else None,
-             comm_repeats=2 if args.quick else 5, enforce_order=args.enforce_order,
+             comm_repeats=2 if args.quick else 5,
+             enforce_order={"on": True, "off": False}.get(args.enforce_order, "auto"),
              progress=not args.no_progress, strategies=args.strategies,
-             place_transfer_cpu=args.place_with_transfer_cpu, trace=args.trace,
+             place_transfer_cpu=not args.half_transfer_cpu, trace=args.trace,
              save_schedules=args.save_schedules, verify=args.verify,
              verify_budget=args.verify_budget, verify_also=args.verify_also)
     wall = time.perf_counter() - t0

@@ -47,6 +47,7 @@ import warnings
 
 import numpy as np
 
+from ..simulate import simulate
 from ..strategy.expand import _tensor_box as _box
 from ..strategy.ops import HaloAxis, NotDescribed, resolve
 from ..strategy.strategy import StrategyError, parts, validate
@@ -708,8 +709,10 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     The :class:`~fddps.tf.placement.Placement`'s ``graph_def`` is
     :func:`rewrite_strategy`'s, and its schedule (``makespan``,
     ``peak_memory``) is that GraphDef's own step, every node costed where the
-    rewrite put it and run by a first-in-first-out executor on each device:
-    what TensorFlow runs, including the slices, concatenations, statistics and
+    rewrite put it and run in the order TensorFlow's executor picks on each
+    device (:func:`fddps.simulate`'s ``"tensorflow"`` executor, whose step with
+    the workers' sends where TensorFlow serves them is
+    ``executor_makespan``): what TensorFlow runs, including the slices, concatenations, statistics and
     sums the rewrite adds between parts. The strategy's task graph
     (:func:`fddps.strategy.expand`, what the searches score) approximates
     those (a slice is paid on its reader's device, a part's tasks run in
@@ -754,7 +757,9 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     info = {"analysis": analysis, "strategy": strategy.name, "tasks": g.num_ops,
             "ops": len(step), "nodes": len(analysis.graph_def.node),
             "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
-            "executor_makespan": schedule.makespan, "algorithm": "strategy",
+            "executor_makespan": float(simulate(schedule.graph, cluster, schedule.device,
+                                                policy="tensorflow").makespan),
+            "algorithm": "strategy",
             "expansion_makespan": expansion.simulate(cluster).makespan,
             "sharded_variables": shards,
             "single_device_step": min(per_type[d.type] / d.speed for d in cluster.devices),
@@ -776,7 +781,7 @@ def _same_nodes(a, b) -> bool:
 
 def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim=1, *,
                   analysis=None):
-    """The step of a rewritten GraphDef as placed: a FIFO executor's schedule of its nodes.
+    """The step of a rewritten GraphDef as placed: its nodes in TensorFlow's executor order.
 
     Every node of the step is costed by ``cost_model`` on the device the
     rewrite gave it (a node without one runs on the strategy's default
@@ -799,5 +804,6 @@ def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim
     device = np.array([cluster.device_index(normalize_device(node_device[name]))
                        if node_device.get(name) else default for name in graph.names],
                       dtype=np.int64)
-    return Schedule.from_order(graph, cluster, device, executor_order(graph, cluster, device),
+    return Schedule.from_order(graph, cluster, device,
+                               executor_order(graph, cluster, device, policy="tensorflow"),
                                algorithm="strategy", info={"strategy": strategy, "splits": []})
