@@ -26,7 +26,7 @@ Three modes:
     one pooled over the GPUs that the presets use (in-sample too); and the
     datasheet model of :func:`costmodel.gpu_from_datasheet` leave-one-GPU-out;
     the same two (CV, leave-one-GPU-out) with the kernel's shape as well
-    (:data:`costmodel.kernel_model.SHAPE_KEYS`), and what the shape would change
+    (:data:`costmodel.kernel_model.SHAPE_KEYS`), and what the shape changes
     for the CNNs' convolution layers (:func:`conv_layer_shift`).
     Also the all-reduce fit (:mod:`costmodel.allreduce`) against
     DeepBench's all-reduce rows, and fddps's unrolled LSTM steps (as ``rnn_lm``
@@ -502,8 +502,9 @@ def lstm_comparison(gpus=None, progress=print) -> pd.DataFrame:
 def conv_layer_shift(layers_path=LAYERS, gpus=("p100", "v100")) -> pd.DataFrame:
     """Per GPU, model (ResNet-50, VGG-16, Inception-V3 at batch 64: ``conv_layers.csv``) and class,
     the kernel model's summed time of the model's convolution layers (each layer ``count`` times;
-    no input gradient for the layer reading the images), without shapes (as
-    ``DevicePreset.op_times`` predicts them) and with each layer's shape."""
+    no input gradient for the layer reading the images), without shapes (the ensembles over
+    FLOPs and bytes) and with each layer's shape (as ``DevicePreset.op_times`` predicts them
+    from an op table's ``kernel_shape``)."""
     layers = conv_layers(layers_path)
     rows = []
     for r in layers.itertuples():
@@ -728,9 +729,11 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn,
         "the cross-validated shares by at most 3 points either way, so they were not kept). The "
         "committed file holds both; `kernel_model.predict_seconds(..., shapes=...)` uses the "
         "shape ensembles for ops whose shape it is given. `DevicePreset.op_times` "
-        "(`costmodel/hardware.py`) passes no shapes -- fddps's op tables carry FLOPs and bytes, "
-        "not a kernel's attributes -- so fddps's op times (and Tables 5 and 7) are the \"after\" "
-        "columns until it does.",
+        "(`costmodel/hardware.py`) passes the op table's `kernel_shape` column, which "
+        "`fddps.tf.op_table` fills from each FP32 convolution's and MatMul's static shapes and "
+        "attributes (`kernel_model.tf_kernel_shape`; a split op's parts get their own): fddps's "
+        "op times (and Tables 5 and 7, Fig. 4) are the \"with shape\" model for those ops, the "
+        "\"after\" one for ops whose shape is unknown.",
         "",
         _md_table(wide),
         "",
@@ -768,14 +771,15 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn,
                          with_shape_ms=shift.with_shape_ms.map("{:.1f}".format),
                          ratio=shift.ratio.map("{:.2f}".format))
         parts += [
-            "", "## What the kernel's shape would change for the paper's CNNs",
+            "", "## What the kernel's shape changes for the paper's CNNs",
             "",
             "The convolution layers of ResNet-50, VGG-16 (224 x 224) and Inception-V3 (299 x 299) at "
             "batch 64 (`costmodel/data/conv_layers.csv`; each distinct layer times its count, no "
             "input gradient for the layer reading the images), their kernel-model times summed: "
-            "`without_ms` as `DevicePreset.op_times` predicts them today (FLOPs and bytes), "
-            "`with_shape_ms` with each layer's shape given (the \"with shape\" ensembles); "
-            "`ratio` = with / without.",
+            "`without_ms` by the ensembles over FLOPs and bytes (what `DevicePreset.op_times` "
+            "predicted before op tables carried `kernel_shape`, and still predicts for an op of "
+            "unknown shape), `with_shape_ms` with each layer's shape given (the \"with shape\" "
+            "ensembles, what it predicts now); `ratio` = with / without.",
             "",
             _md_table(t),
         ]

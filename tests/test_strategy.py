@@ -123,14 +123,19 @@ def test_data_parallel_reduces_every_weight_gradient_once_per_other_device(vgg, 
     grads = sum(op.input_bytes - 16 for op in vgg.ops.values()  # lr, momentum: scalars
                 if op.op_type == "ResourceApplyMomentum")
     assert reduced == pytest.approx((k - 1) * grads, rel=1e-3)
-    # Each sample part's time is the cost model's at its own shape.
+    # Each sample part's time is the cost model's at its own shape (its kernel shape too:
+    # batch 4 over 4 devices, N=1).
     conv = next(n for n, op in vgg.ops.items() if op.op_type == "Conv2D")
     op = vgg.ops[conv]
+    assert op.kernel_shape.startswith("N=4 ")
     whole = cm.op_times(pd.DataFrame([dict(op_type="Conv2D", flops=op.flops,
-                                           input_bytes=op.input_bytes,
-                                           output_bytes=op.output_bytes)]), "GPU")[0]
+                                           input_bytes=op.input_bytes, output_bytes=op.output_bytes,
+                                           kernel_shape=op.kernel_shape)]), "GPU")[0]
     part_costs = [g.cost[g.index[t], 0] for t in ex.tasks[conv]]
     assert len(part_costs) == k and all(c < whole for c in part_costs) and sum(part_costs) > whole
+    rows = ex.rows.set_index("name").loc[ex.tasks[conv]]
+    assert all(s == "N=1 " + op.kernel_shape[len("N=4 "):] for s in rows.kernel_shape)
+    np.testing.assert_allclose(cm.op_times(rows.reset_index(), "GPU"), part_costs, rtol=1e-12)
     timeline = ex.simulate(cluster)
     assert timeline.makespan > 0 and (timeline.peak_memory > 0).all()
 
