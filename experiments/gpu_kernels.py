@@ -619,16 +619,16 @@ def must_hold(summary: pd.DataFrame, pred: pd.DataFrame, ar: pd.DataFrame) -> pd
     70% within 25%); each GPU held out (median within 25%, at least 50% within 25%, over its
     kernels); all-reduce (at least 80% of each system's rows within 20%)."""
     rows = []
-    for method, how in (("gbr_pooled_cv", "FLOPs and bytes (what op_times uses)"),
-                        ("shape_cv", "with the kernel's shape")):
+    for method, how in (("gbr_pooled_cv", "FLOPs and bytes (op_times where the shape is unknown)"),
+                        ("shape_cv", "with the kernel's shape (what op_times uses)")):
         cv = summary[(summary.method == method) & summary.gpu.isin(["p100", "v100"])]
         for r in cv.itertuples():
             rows.append(dict(check=f"CV per class, {how}: median within 10%, >= 70% within 25%",
                              subject=f"{r.gpu} {CLASS_LABELS[r.op_class]}",
                              figure=f"{r.median_ratio:.3f} / {r.within_25:.0%}",
                              met=bool(abs(r.median_ratio - 1) <= 0.10 and r.within_25 >= 0.70)))
-    for method, how in (("datasheet_logo", "FLOPs and bytes (what op_times uses)"),
-                        ("shape_logo", "with the kernel's shape")):
+    for method, how in (("datasheet_logo", "FLOPs and bytes (op_times where the shape is unknown)"),
+                        ("shape_logo", "with the kernel's shape (what op_times uses)")):
         if method not in pred.columns:  # a page rewritten from an older run's CSVs
             continue
         ratio = pred[method] / pred.seconds
@@ -716,8 +716,9 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn,
         f"Each cell: median predicted / measured, then the share of kernels within 25%. "
         f"CV: {folds}-fold cross-validation over shapes (a shape is held out on every GPU at "
         "once). LOGO: the `gpu_from_datasheet` model fitted on the other five GPUs, the held-out "
-        "GPU known only by its datasheet peaks. The preset uses the pooled ensemble (\"after\"), "
-        "chosen because it held up best cross-validated; the roofline curve and the per-GPU "
+        "GPU known only by its datasheet peaks. The presets use the pooled ensembles: \"with shape\" for the ops "
+        "whose shape the op table knows, \"after\" for the rest, chosen because they held up best "
+        "cross-validated; the roofline curve and the per-GPU "
         "regressor are the candidates it was chosen over.",
         "",
         "\"with shape\": the same pooled ensembles with the kernel's shape as well (a convolution's "
