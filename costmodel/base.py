@@ -199,7 +199,9 @@ class CostModel:
         ----------
         ops : pandas.DataFrame
             An op table (``fddps.tf.op_table``): ``name``, ``op_type``, ``flops``,
-            ``input_bytes``, ``output_bytes``.
+            ``input_bytes``, ``output_bytes``; optionally ``kernel_shape`` (the GPU
+            presets' kernel model reads a convolution's or MatMul's shape there:
+            :meth:`~costmodel.hardware.DevicePreset.op_times`).
         device_type : str
             ``"CPU"``, ``"GPU"``, ... (case-insensitive).
 

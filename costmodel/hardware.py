@@ -36,7 +36,15 @@ times instead (:mod:`costmodel.kernel_model`: an efficiency that depends on the
 kernel's size and shape, not one per class): the ``p100`` and ``v100`` by their
 own kernels, the ``k80`` and the FP32 modes of the ``a100`` and ``h100`` (and
 :func:`costmodel.gpu_from_datasheet`) by the model that knows a GPU by its
-datasheet peaks.
+datasheet peaks. Where the op table has a :data:`KERNEL_SHAPE_COLUMN` column
+(``kernel_shape``: the kernel's shape string, which ``fddps.tf.graphdef.op_table``
+fills from each op's static shapes and attributes by
+:func:`costmodel.kernel_model.tf_kernel_shape`), an op with a shape there is timed
+by the ensemble that also sees its shape (batch, channels, filter size, stride,
+padding; a MatMul's M, N, K and transposes); an op without one (None or empty,
+or no such column: an op of unknown shape, a part of an op split by rows or
+columns, a shape whose bytes are not the op's) by the ensemble over FLOPs and
+bytes alone.
 
 A :class:`LinkPreset` is a latency and a bandwidth: a transfer of ``b`` bytes
 costs ``latency + b / bandwidth``.
@@ -61,7 +69,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import CostModelError
-from .kernel_model import MODEL_OP_TYPES, load_models, predict_seconds
+from .kernel_model import KERNEL_SHAPE_COLUMN, MODEL_OP_TYPES, load_models, predict_seconds
 
 GB = 1e9
 GiB = 2.0 ** 30
@@ -378,7 +386,10 @@ class DevicePreset:
         Parameters
         ----------
         ops : pandas.DataFrame
-            Needs ``op_type``, ``flops``, ``input_bytes``, ``output_bytes``.
+            Needs ``op_type``, ``flops``, ``input_bytes``, ``output_bytes``. An optional
+            ``kernel_shape`` column (:data:`KERNEL_SHAPE_COLUMN`; a shape string or
+            None per op) gives the convolutions' and MatMuls' shapes to the kernel
+            model (:attr:`kernel_model`); rows without one get its FLOPs-and-bytes time.
 
         Returns
         -------
@@ -395,7 +406,9 @@ class DevicePreset:
         flops, moved, types = op_features(ops)
         input_bytes = np.maximum(np.nan_to_num(ops["input_bytes"].to_numpy(dtype=np.float64), nan=0.0,
                                                posinf=0.0), 0.0)
-        return self._roofline(flops, moved, types, input_bytes)
+        shapes = (ops[KERNEL_SHAPE_COLUMN].to_numpy(dtype=object)
+                  if KERNEL_SHAPE_COLUMN in ops.columns else None)
+        return self._roofline(flops, moved, types, input_bytes, shapes)
 
     def _rates(self, types, flops=None, moved=None):
         """Per op: effective compute FLOP/s and memory bytes/s (peaks times efficiencies;
@@ -435,7 +448,7 @@ class DevicePreset:
             elif cls in MEMORY_CLASSES and cls in curves:
                 m_eff[sel] = curve_efficiency(curves[cls], moved[sel])
 
-    def _roofline(self, flops, moved, types, input_bytes=None):
+    def _roofline(self, flops, moved, types, input_bytes=None, shapes=None):
         compute_rate, memory_rate, classes = self._rates(types, flops, moved)
         t = self.overhead + np.maximum(flops / compute_rate, moved / memory_rate)
         if self.kernel_model and input_bytes is not None:
@@ -448,7 +461,8 @@ class DevicePreset:
                 t[on_model] = self.overhead + predict_seconds(
                     self.kernel_model, flops[on_model], input_bytes[on_model],
                     moved[on_model] - input_bytes[on_model], classes[on_model],
-                    peak_flops=self.peak_flops, memory_bandwidth=self.memory_bandwidth)
+                    peak_flops=self.peak_flops, memory_bandwidth=self.memory_bandwidth,
+                    shapes=None if shapes is None else list(shapes[on_model]))
         return np.where(classes == "no_work", self.overhead, t)
 
     def calibrate(self, measured: pd.DataFrame, *, quantile_overhead: float = 0.1) -> "DevicePreset":

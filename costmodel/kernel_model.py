@@ -30,9 +30,14 @@ sees the kernel's shape (:data:`SHAPE_KEYS`: a convolution's batch, channels,
 height, filter size, stride and padding; a MatMul's M, N, K and transposes),
 which select cuDNN's and cuBLAS's algorithm and which FLOPs and bytes do not
 determine. They cross-validate better (the input gradients most) and are used by
-:func:`predict_seconds` for the ops whose shape string it is given; fddps's op
-tables carry FLOPs and bytes only, so ``DevicePreset.op_times`` passes none and
-gets the ensembles above.
+:func:`predict_seconds` for the ops whose shape string it is given. fddps's op
+tables carry it in a ``kernel_shape`` column (:data:`KERNEL_SHAPE_COLUMN`),
+filled by the TensorFlow adapter (``fddps.tf.graphdef.op_table``; the parts of
+a split op in ``fddps.tf.split_candidates`` and the strategy expansion,
+``fddps.strategy.kernel_shape``) with :func:`tf_kernel_shape` of each op's
+static shapes and attributes; ``DevicePreset.op_times`` passes that column on.
+Ops without a shape there (an unknown dimension, a dilated convolution, a part
+split by rows or columns) get the ensembles over FLOPs and bytes above.
 
 The candidate it was chosen over, a roofline whose compute efficiency rises
 with the kernel's size (:func:`fit_roofline_curve`: ``eff(F) = e_max / (1 +
@@ -85,6 +90,14 @@ FEATURES = ("log_compute_s", "log_memory_s", "log_flops_per_in_byte", "log_flops
 SHAPE_KEYS = {"conv": ("N", "C", "H", "K", "R", "S", "stride_h", "pad_h"),
               "matmul": ("M", "N", "K", "trans_a", "trans_b")}
 SHAPE_DEFAULTS = {"conv": {"stride_h": 1, "pad_h": 0}, "matmul": {"trans_a": 0, "trans_b": 0}}
+#: The op-table column holding each op's kernel shape string (None where unknown), which
+#: ``DevicePreset.op_times`` passes to :func:`predict_seconds` as ``shapes``.
+KERNEL_SHAPE_COLUMN = "kernel_shape"
+#: Op types :func:`tf_kernel_shape` reads a shape off, and the attributes it reads.
+TF_KERNEL_SHAPE_OPS = frozenset({"Conv2D", "_FusedConv2D", "Conv2DBackpropInput",
+                                 "Conv2DBackpropFilter", "MatMul", "_FusedMatMul"})
+TF_KERNEL_SHAPE_ATTRS = ("data_format", "strides", "padding", "explicit_paddings", "dilations",
+                         "transpose_a", "transpose_b")
 #: Gradient boosting settings. Cross-validated over shapes on the input gradients (the hardest
 #: class), depth 2-4, 300-600 trees, learning rate 0.05-0.1, Huber or absolute loss, leaves of
 #: 3-10 kernels, subsample 0.5-0.8 all came within 3 points of one another (P100 55-63%,
@@ -340,9 +353,10 @@ def predict_seconds(model: str, flops, input_bytes, output_bytes, classes, *, pe
         where not): those ops are predicted by the ensembles that also see the shape (the
         filter size, stride, channels and batch that select cuDNN's algorithm; a MatMul's
         M, N, K and transposes), which cross-validate better (``python -m
-        experiments.gpu_kernels --report``). Ops without one, and every op when ``shapes``
-        is None (as ``DevicePreset.op_times`` calls it today: fddps's op tables carry FLOPs
-        and bytes, not the kernel's attributes), use the ensembles over FLOPs and bytes.
+        experiments.gpu_kernels --report``). Ops without one, every op when ``shapes``
+        is None (``DevicePreset.op_times`` on an op table without a ``kernel_shape``
+        column), and ops whose shape's FP32 bytes are not theirs (a part of a split op
+        given the whole op's shape) use the ensembles over FLOPs and bytes.
 
     Raises
     ------

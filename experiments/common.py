@@ -73,9 +73,10 @@ LABELS = {"single": "single", "data_parallel": "DP", "fddps": "FD-DPS",
 COST_MODEL_NOTE = (
     "Costs: costmodel.default_cost_model(gpu='p100'), an ANALYTIC model of the P100 "
     "(9.3 TFLOPS FP32, 732 GB/s, 16 GiB; 10 us per op): convolutions and MatMuls by the kernel "
-    "model fitted to DeepBench's published P100 kernel times, other ops by the roofline at "
-    "assumed efficiencies; PCIe 3 between GPUs of a host (12 GB/s, 10 us), 10 GbE between hosts; "
-    "data parallelism's all-reduce on one host as DeepBench measured it on P100s (5.8 GB/s); "
+    "model fitted to DeepBench's published P100 kernel times, given each kernel's shape (batch, "
+    "channels, filter, stride, padding; M, N, K: the op table's kernel_shape), other ops by the "
+    "roofline at assumed efficiencies; PCIe 3 between GPUs of a host (12 GB/s, 10 us), 10 GbE "
+    "between hosts; data parallelism's all-reduce on one host as DeepBench measured it on P100s (5.8 GB/s); "
     "nothing was measured on a GPU here. "
     "Times are the simulator's replay of each schedule (links inside a host contention-free; "
     "between hosts, one network interface per host that its transfers share).")

@@ -148,7 +148,9 @@ def paper_comparison(models_df: pd.DataFrame) -> pd.DataFrame:
 def plot(models_df, sizes_df, path):
     """Search time per model and algorithm (bars, log scale) and against graph size (log-log)."""
     plt = common.matplotlib_agg()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    panels = max(1, int(len(models_df) > 0) + int(len(sizes_df) > 0))  # a part not run: no panel
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5), squeeze=False)
+    ax1, ax2 = axes[0, 0], axes[0, -1]
     cmap = plt.get_cmap("tab10")
     algos = list(dict.fromkeys(models_df.algorithm)) if len(models_df) else []
     colors = {a: cmap(j % 10) for j, a in enumerate(dict.fromkeys(

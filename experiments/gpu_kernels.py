@@ -26,7 +26,7 @@ Three modes:
     one pooled over the GPUs that the presets use (in-sample too); and the
     datasheet model of :func:`costmodel.gpu_from_datasheet` leave-one-GPU-out;
     the same two (CV, leave-one-GPU-out) with the kernel's shape as well
-    (:data:`costmodel.kernel_model.SHAPE_KEYS`), and what the shape would change
+    (:data:`costmodel.kernel_model.SHAPE_KEYS`), and what the shape changes
     for the CNNs' convolution layers (:func:`conv_layer_shift`).
     Also the all-reduce fit (:mod:`costmodel.allreduce`) against
     DeepBench's all-reduce rows, and fddps's unrolled LSTM steps (as ``rnn_lm``
@@ -502,8 +502,9 @@ def lstm_comparison(gpus=None, progress=print) -> pd.DataFrame:
 def conv_layer_shift(layers_path=LAYERS, gpus=("p100", "v100")) -> pd.DataFrame:
     """Per GPU, model (ResNet-50, VGG-16, Inception-V3 at batch 64: ``conv_layers.csv``) and class,
     the kernel model's summed time of the model's convolution layers (each layer ``count`` times;
-    no input gradient for the layer reading the images), without shapes (as
-    ``DevicePreset.op_times`` predicts them) and with each layer's shape."""
+    no input gradient for the layer reading the images), without shapes (the ensembles over
+    FLOPs and bytes) and with each layer's shape (as ``DevicePreset.op_times`` predicts them
+    from an op table's ``kernel_shape``)."""
     layers = conv_layers(layers_path)
     rows = []
     for r in layers.itertuples():
@@ -618,16 +619,16 @@ def must_hold(summary: pd.DataFrame, pred: pd.DataFrame, ar: pd.DataFrame) -> pd
     70% within 25%); each GPU held out (median within 25%, at least 50% within 25%, over its
     kernels); all-reduce (at least 80% of each system's rows within 20%)."""
     rows = []
-    for method, how in (("gbr_pooled_cv", "FLOPs and bytes (what op_times uses)"),
-                        ("shape_cv", "with the kernel's shape")):
+    for method, how in (("gbr_pooled_cv", "FLOPs and bytes (op_times where the shape is unknown)"),
+                        ("shape_cv", "with the kernel's shape (what op_times uses)")):
         cv = summary[(summary.method == method) & summary.gpu.isin(["p100", "v100"])]
         for r in cv.itertuples():
             rows.append(dict(check=f"CV per class, {how}: median within 10%, >= 70% within 25%",
                              subject=f"{r.gpu} {CLASS_LABELS[r.op_class]}",
                              figure=f"{r.median_ratio:.3f} / {r.within_25:.0%}",
                              met=bool(abs(r.median_ratio - 1) <= 0.10 and r.within_25 >= 0.70)))
-    for method, how in (("datasheet_logo", "FLOPs and bytes (what op_times uses)"),
-                        ("shape_logo", "with the kernel's shape")):
+    for method, how in (("datasheet_logo", "FLOPs and bytes (op_times where the shape is unknown)"),
+                        ("shape_logo", "with the kernel's shape (what op_times uses)")):
         if method not in pred.columns:  # a page rewritten from an older run's CSVs
             continue
         ratio = pred[method] / pred.seconds
@@ -715,8 +716,9 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn,
         f"Each cell: median predicted / measured, then the share of kernels within 25%. "
         f"CV: {folds}-fold cross-validation over shapes (a shape is held out on every GPU at "
         "once). LOGO: the `gpu_from_datasheet` model fitted on the other five GPUs, the held-out "
-        "GPU known only by its datasheet peaks. The preset uses the pooled ensemble (\"after\"), "
-        "chosen because it held up best cross-validated; the roofline curve and the per-GPU "
+        "GPU known only by its datasheet peaks. The presets use the pooled ensembles: \"with shape\" for the ops "
+        "whose shape the op table knows, \"after\" for the rest, chosen because they held up best "
+        "cross-validated; the roofline curve and the per-GPU "
         "regressor are the candidates it was chosen over.",
         "",
         "\"with shape\": the same pooled ensembles with the kernel's shape as well (a convolution's "
@@ -728,9 +730,11 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn,
         "the cross-validated shares by at most 3 points either way, so they were not kept). The "
         "committed file holds both; `kernel_model.predict_seconds(..., shapes=...)` uses the "
         "shape ensembles for ops whose shape it is given. `DevicePreset.op_times` "
-        "(`costmodel/hardware.py`) passes no shapes -- fddps's op tables carry FLOPs and bytes, "
-        "not a kernel's attributes -- so fddps's op times (and Tables 5 and 7) are the \"after\" "
-        "columns until it does.",
+        "(`costmodel/hardware.py`) passes the op table's `kernel_shape` column, which "
+        "`fddps.tf.op_table` fills from each FP32 convolution's and MatMul's static shapes and "
+        "attributes (`kernel_model.tf_kernel_shape`; a split op's parts get their own): fddps's "
+        "op times (and Tables 5 and 7, Fig. 4) are the \"with shape\" model for those ops, the "
+        "\"after\" one for ops whose shape is unknown.",
         "",
         _md_table(wide),
         "",
@@ -768,14 +772,15 @@ def _page(summary, pred, ar, lstm, folds, started, finished, classes, gpus, rnn,
                          with_shape_ms=shift.with_shape_ms.map("{:.1f}".format),
                          ratio=shift.ratio.map("{:.2f}".format))
         parts += [
-            "", "## What the kernel's shape would change for the paper's CNNs",
+            "", "## What the kernel's shape changes for the paper's CNNs",
             "",
             "The convolution layers of ResNet-50, VGG-16 (224 x 224) and Inception-V3 (299 x 299) at "
             "batch 64 (`costmodel/data/conv_layers.csv`; each distinct layer times its count, no "
             "input gradient for the layer reading the images), their kernel-model times summed: "
-            "`without_ms` as `DevicePreset.op_times` predicts them today (FLOPs and bytes), "
-            "`with_shape_ms` with each layer's shape given (the \"with shape\" ensembles); "
-            "`ratio` = with / without.",
+            "`without_ms` by the ensembles over FLOPs and bytes (what `DevicePreset.op_times` "
+            "predicted before op tables carried `kernel_shape`, and still predicts for an op of "
+            "unknown shape), `with_shape_ms` with each layer's shape given (the \"with shape\" "
+            "ensembles, what it predicts now); `ratio` = with / without.",
             "",
             _md_table(t),
         ]

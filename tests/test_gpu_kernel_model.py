@@ -135,6 +135,12 @@ def test_named_presets_hold_against_deepbench(kernels_fp32, gpu):
         assert np.mean(np.abs(r - 1) <= 0.25) >= 0.70, (gpu, cls)
         r0 = _ratios(before, rows)
         assert np.mean(np.abs(r - 1) <= 0.25) > np.mean(np.abs(r0 - 1) <= 0.25), (gpu, cls)
+        # With each kernel's shape in the op table's kernel_shape column, as fddps's op tables
+        # now carry it: the shape ensembles, through the same op_times.
+        rs = _ratios(presets[gpu], rows.assign(kernel_shape=rows["shape"]))
+        assert not np.allclose(rs, r), (gpu, cls)
+        assert abs(np.median(rs) - 1) <= 0.10, (gpu, cls)
+        assert np.mean(np.abs(rs - 1) <= 0.25) >= 0.70, (gpu, cls)
 
 
 def test_kernel_model_leaves_other_ops_and_tf32_to_the_roofline():
@@ -254,25 +260,35 @@ def test_lstm_step_is_one_matmul_and_the_gates():
     assert {"Sigmoid", "Tanh", "Mul", "BiasAdd"} <= set(ops.op_type)
 
 
-def test_tf_kernel_shape_agrees_with_the_op_table():
-    """On a small TensorFlow training graph, every convolution (and its gradients) and MatMul gets
-    a shape whose bytes are the op table's, so predict_seconds would use the shape ensembles."""
+@pytest.fixture(scope="module")
+def small_training_graph():
+    """Two convolutions (SAME stride 2, VALID) and MatMuls with and without transposes, trained."""
     from experiments import common
 
     common.tf_quiet()
     import tensorflow as tf
 
-    from fddps.tf.graphdef import op_table
-
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [8, 28, 28, 16])
-        h = tf.nn.conv2d(x, tf.compat.v1.get_variable("w", [3, 3, 16, 32]), strides=2, padding="SAME")
-        h = tf.nn.conv2d(h, tf.compat.v1.get_variable("w2", [5, 5, 32, 8]), strides=1, padding="VALID")
+        h = tf.nn.conv2d(x, tf.compat.v1.get_variable("w", [3, 3, 16, 32]), strides=2, padding="SAME",
+                         name="conv1")
+        h = tf.nn.conv2d(h, tf.compat.v1.get_variable("w2", [5, 5, 32, 8]), strides=1, padding="VALID",
+                         name="conv2")
         a = tf.reshape(h, [8, -1])
         b = tf.compat.v1.get_variable("b", [800, 10])
         loss = tf.reduce_sum(tf.matmul(a, b)) + tf.reduce_sum(tf.matmul(b, a, True, True))
         tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return g
+
+
+def test_tf_kernel_shape_agrees_with_the_op_table(small_training_graph):
+    """On a small TensorFlow training graph, every convolution (and its gradients) and MatMul gets
+    a shape whose bytes are the op table's, so predict_seconds uses the shape ensembles; the op
+    table's kernel_shape column holds it."""
+    from fddps.tf.graphdef import op_table
+
+    g = small_training_graph
     table = op_table(g).set_index("name")
     classes = {"Conv2D": "conv_forward", "Conv2DBackpropInput": "conv_input_grad",
                "Conv2DBackpropFilter": "conv_filter_grad", "MatMul": "matmul"}
@@ -287,5 +303,61 @@ def test_tf_kernel_shape_agrees_with_the_op_table():
         row = table.loc[op.name]
         assert kernel_model._shape_matches(classes[op.type], shape, row.input_bytes,
                                            row.output_bytes), (op.name, shape)
+        assert row.kernel_shape == shape
         seen.append(op.type)
     assert sorted(set(seen)) == sorted(classes) and len(seen) == 12  # 2 + 2 + 2 convs, 6 MatMuls
+    assert table.kernel_shape.notna().sum() == 12  # and no other op has a shape
+
+
+def test_gpu_presets_time_an_op_tables_convolutions_and_matmuls_by_their_shape(small_training_graph):
+    """DevicePreset.op_times (and CostModel.op_times) pass the op table's kernel_shape to the
+    kernel model: each shaped op's time is predict_seconds(..., shapes=...) plus the overhead,
+    not the shapeless time; ops without a shape (no column, None, a shape whose bytes are not
+    the op's) get the FLOPs-and-bytes time; other ops are untouched."""
+    from fddps.tf.graphdef import op_table
+
+    table = op_table(small_training_graph)
+    shaped = table.kernel_shape.notna().to_numpy()
+    p100 = presets["p100"]
+    t = p100.op_times(table)
+    t0 = p100.op_times(table.drop(columns="kernel_shape"))
+    classes = hardware._op_classes(table.op_type.to_numpy())
+    want = p100.overhead + kernel_model.predict_seconds(
+        "p100", table.flops[shaped], table.input_bytes[shaped], table.output_bytes[shaped],
+        classes[shaped], shapes=table.kernel_shape[shaped].tolist(), peak_flops=p100.peak_flops,
+        memory_bandwidth=p100.memory_bandwidth)
+    np.testing.assert_allclose(t[shaped], want, rtol=1e-12)
+    assert (t[shaped] != t0[shaped]).all()
+    np.testing.assert_array_equal(t[~shaped], t0[~shaped])
+    np.testing.assert_array_equal(p100.op_times(table.assign(kernel_shape=None)), t0)
+    # conv2's row given conv1's shape: its bytes are not conv2's, so it falls back.
+    conv1, conv2 = (int(np.flatnonzero(table.name == n)[0]) for n in ("conv1", "conv2"))
+    swapped = table.copy()
+    swapped.loc[conv2, "kernel_shape"] = table.kernel_shape[conv1]
+    assert p100.op_times(swapped)[conv2] == t0[conv2]
+    cm = costmodel.default_cost_model("p100", calibrated=False)
+    np.testing.assert_array_equal(cm.op_times(table, "GPU"), t)
+
+
+def test_split_parts_are_timed_at_their_own_kernel_shape(small_training_graph):
+    """read_graph_def's op costs are the preset's with shapes, and a split candidate's part (a
+    half of conv1's batch) is timed at the part's own shape, N=4."""
+    from fddps.tf import read_graph_def
+
+    cm = costmodel.default_cost_model("p100", calibrated=False)
+    graph, info = read_graph_def(small_training_graph, cm, ["/device:GPU:0", "/device:GPU:1"])
+    table = info["analysis"].table
+    conv1 = int(np.flatnonzero(table.name == "conv1")[0])
+    assert graph.cost[graph.index["conv1"], 0] == cm.op_times(table, "GPU")[conv1]
+    cand = next(c for c in graph.split_candidates if c.op == "conv1" and c.rule.dim == "batch")
+    whole = table.iloc[conv1]
+    x_bytes = 8 * 28 * 28 * 16 * 4.0
+    part = pd.DataFrame([dict(op_type="Conv2D", flops=whole.flops / 2,
+                              input_bytes=whole.input_bytes - x_bytes / 2,
+                              output_bytes=whole.output_bytes / 2)])
+    shape = kernel_model.tf_kernel_shape("Conv2D", [(4, 28, 28, 16), (3, 3, 16, 32)],
+                                         (4, 14, 14, 32), {"strides": [1, 2, 2, 1], "padding": "SAME"})
+    assert shape.startswith("N=4 C=16 H=28")
+    got = dict(cand.part_costs)[4][0]
+    assert got == pytest.approx(cm.op_times(part.assign(kernel_shape=shape), "GPU")[0], rel=1e-12)
+    assert got != cm.op_times(part, "GPU")[0]

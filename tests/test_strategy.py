@@ -123,14 +123,19 @@ def test_data_parallel_reduces_every_weight_gradient_once_per_other_device(vgg, 
     grads = sum(op.input_bytes - 16 for op in vgg.ops.values()  # lr, momentum: scalars
                 if op.op_type == "ResourceApplyMomentum")
     assert reduced == pytest.approx((k - 1) * grads, rel=1e-3)
-    # Each sample part's time is the cost model's at its own shape.
+    # Each sample part's time is the cost model's at its own shape (its kernel shape too:
+    # batch 4 over 4 devices, N=1).
     conv = next(n for n, op in vgg.ops.items() if op.op_type == "Conv2D")
     op = vgg.ops[conv]
+    assert op.kernel_shape.startswith("N=4 ")
     whole = cm.op_times(pd.DataFrame([dict(op_type="Conv2D", flops=op.flops,
-                                           input_bytes=op.input_bytes,
-                                           output_bytes=op.output_bytes)]), "GPU")[0]
+                                           input_bytes=op.input_bytes, output_bytes=op.output_bytes,
+                                           kernel_shape=op.kernel_shape)]), "GPU")[0]
     part_costs = [g.cost[g.index[t], 0] for t in ex.tasks[conv]]
     assert len(part_costs) == k and all(c < whole for c in part_costs) and sum(part_costs) > whole
+    rows = ex.rows.set_index("name").loc[ex.tasks[conv]]
+    assert all(s == "N=1 " + op.kernel_shape[len("N=4 "):] for s in rows.kernel_shape)
+    np.testing.assert_allclose(cm.op_times(rows.reset_index(), "GPU"), part_costs, rtol=1e-12)
     timeline = ex.simulate(cluster)
     assert timeline.makespan > 0 and (timeline.peak_memory > 0).all()
 
@@ -242,3 +247,32 @@ def test_splitting_a_profiled_op_on_one_device_never_shortens_the_step():
     assert ev.reset(halves).makespan == pytest.approx(t_halves)
     ev.reset(whole)
     assert ev.propose({"mm": halves.config("mm")}).makespan == pytest.approx(t_halves)
+
+
+def test_part_kernel_shape_of_batch_and_channel_parts_and_none_for_rows():
+    """A convolution's part split by batch or output channels gets its own kernel shape (the
+    GPU presets' kernel model times it at that shape); one split by rows reads a halo and pads
+    only at the image's border, which a shape string cannot say: None (FLOPs and bytes)."""
+    from costmodel.kernel_model import tf_kernel_shape
+    from fddps.strategy.expand import _tensor_box
+    from fddps.strategy.graph import OpInfo
+    from fddps.strategy.kernel_shape import part_kernel_shape
+    from fddps.strategy.ops import resolve
+
+    attrs = {"data_format": "NHWC", "strides": (1, 1, 1, 1), "padding": "SAME"}
+    shapes = ((8, 32, 32, 3), (3, 3, 3, 16))
+    op = OpInfo("c", "Conv2D", input_shapes=shapes, output_shapes=((8, 32, 32, 16),), attrs=attrs,
+                kernel_shape=tf_kernel_shape("Conv2D", shapes, (8, 32, 32, 16), attrs))
+    dims = resolve(op)
+
+    def shape_of(**split):
+        box = {d: split.get(d, (0, dims.extent[d])) for d in dims.dims}
+        ins = [_tensor_box(m, s, box) for m, s in zip(dims.inputs, op.input_shapes)]
+        outs = [_tensor_box(m, s, box) for m, s in zip(dims.outputs, op.output_shapes)]
+        return part_kernel_shape(op, dims, box, ins, outs)
+
+    assert shape_of() == op.kernel_shape
+    assert shape_of(n=(0, 2)) == op.kernel_shape.replace("N=8 ", "N=2 ")
+    assert shape_of(o=(4, 12)) == op.kernel_shape.replace("K=16 ", "K=8 ")
+    assert shape_of(h=(0, 16)) is None
+    assert part_kernel_shape(OpInfo("c", "Conv2D", input_shapes=shapes), dims, {}, [], []) is None

@@ -245,7 +245,8 @@ class StrategyEvaluator:
             return {name: [(*r[:-1], None) if r[0] in COSTED else r for r in recs]
                     for name, (recs, _) in built.items()}
         table = pd.DataFrame(all_rows, columns=["name", "op_type", "flops", "input_bytes",
-                                                "output_bytes", "param_bytes", "profile_name"])
+                                                "output_bytes", "param_bytes", "profile_name",
+                                                "kernel_shape"])
         with warnings.catch_warnings():
             # Each proposal re-costs a few ops; the step's expansion already named every
             # op type that falls back, and hundreds of repeats would bury it. (Imported

@@ -34,7 +34,7 @@ from ..strategy.expand import SHAPE_ONLY_OPS
 from ..strategy.ops import first_axis_view
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
-                "profile_name"]
+                "profile_name", "kernel_shape"]
 #: A box larger than any tensor (the probe's piece: it meets every box whole).
 _BIG = ((-(2 ** 62), 2 ** 62),) * 16
 _PROBE = "\x00pase_probe_"

@@ -43,7 +43,7 @@ from ..strategy.ops import NotDescribed, resolve
 from .pase_edges import RowCosts, edge_table
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
-                "profile_name"]
+                "profile_name", "kernel_shape"]
 
 
 class _Layouts:

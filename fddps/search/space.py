@@ -128,7 +128,8 @@ def whole_op_graph(step, cluster, cost_model) -> OpGraph:
     ops = list(step.ops.values())
     table = pd.DataFrame([dict(name=op.name, op_type=op.op_type, flops=op.flops,
                                input_bytes=op.input_bytes, output_bytes=op.output_bytes,
-                               param_bytes=op.param_bytes) for op in ops])
+                               param_bytes=op.param_bytes, kernel_shape=op.kernel_shape)
+                          for op in ops])
     types = list(dict.fromkeys(d.type for d in cluster.devices))
     cost = np.column_stack([np.asarray(cost_model.op_times(table, t), dtype=np.float64)
                             for t in types])

@@ -65,6 +65,7 @@ import pandas as pd
 
 from ..graph import ALIAS_OP_TYPES, OpGraph
 from .graph import tensor_bytes
+from .kernel_shape import part_kernel_shape
 from .ops import SHAPE_ONLY_OPS, HaloAxis, NotDescribed, first_axis_view, resolve
 from .strategy import parts, validate
 
@@ -281,10 +282,12 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
     whole_in = [tuple((0, s or 1) for s in (shape or ())) for shape in op.input_shapes]
     recs = []
 
-    def task(name, dev, op_type, flops, in_bytes, out_bytes, param_bytes=0.0, profile_name=None):
+    def task(name, dev, op_type, flops, in_bytes, out_bytes, param_bytes=0.0, profile_name=None,
+             kernel_shape=None):
         recs.append(("T", name, dev, dict(name=name, op_type=op_type, flops=flops,
                                           input_bytes=in_bytes, output_bytes=out_bytes,
-                                          param_bytes=param_bytes, profile_name=profile_name)))
+                                          param_bytes=param_bytes, profile_name=profile_name,
+                                          kernel_shape=kernel_shape)))
 
     def feed(src, port, box, consumer, dev):
         """Records bringing ``box`` of tensor (src, port) to task ``consumer`` on ``dev``;
@@ -362,11 +365,12 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
                 task(t, p.device, op.op_type, op.flops * share,
                      sum(_box_bytes(b, i) for b, i in zip(in_boxes, op.input_itemsizes)),
                      sum(_box_bytes(b, i) for b, i in zip(out_boxes, op.output_itemsizes)),
-                     op.param_bytes * share, profile_name=op.name)
+                     op.param_bytes * share, profile_name=op.name,
+                     kernel_shape=part_kernel_shape(op, dims, p.box, in_boxes, out_boxes))
         else:
             in_boxes = whole_in
             task(t, p.device, op.op_type, op.flops, op.input_bytes, op.output_bytes,
-                 op.param_bytes, profile_name=op.name)
+                 op.param_bytes, profile_name=op.name, kernel_shape=op.kernel_shape)
         target = t
         if stats_split:  # the statistics first, exchanged, then the part itself
             target = f"{t}/stats"

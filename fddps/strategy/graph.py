@@ -36,6 +36,11 @@ class OpInfo:
     group : str or None
         Colocation group; ``tied`` says whether the op itself is bound to it
         (a resource input or a ``_class`` attribute).
+    kernel_shape : str or None
+        The whole op's kernel shape as the GPU presets' kernel model reads it (the op
+        table's ``kernel_shape``: an FP32 convolution's or MatMul's batch, channels,
+        filter, stride, padding / M, N, K); None for other ops. A part's own:
+        :func:`fddps.strategy.kernel_shape.part_kernel_shape`.
     """
 
     name: str
@@ -55,6 +60,7 @@ class OpInfo:
     param_shape: tuple | None = None
     group: str | None = None
     tied: bool = False
+    kernel_shape: str | None = None
 
 
 class StepGraph:

@@ -413,6 +413,40 @@ def _loop_frames(nodes, src, dst):
 
 
 # -- the table -----------------------------------------------------------------------------
+def kernel_attrs(node) -> dict:
+    """The attributes :func:`costmodel.kernel_model.tf_kernel_shape` reads, of a NodeDef, as
+    Python values (strings, bools, lists of ints); those the node does not set are left out."""
+    from costmodel.kernel_model import TF_KERNEL_SHAPE_ATTRS
+
+    out = {}
+    for key in TF_KERNEL_SHAPE_ATTRS:
+        if key not in node.attr:
+            continue
+        a = node.attr[key]
+        kind = a.WhichOneof("value")
+        if kind == "s":
+            out[key] = a.s.decode()
+        elif kind == "b":
+            out[key] = bool(a.b)
+        elif kind == "list" and len(a.list.i):
+            out[key] = [int(v) for v in a.list.i]
+    return out
+
+
+def kernel_shape(node, input_shapes, output_shape, output_dtype) -> str | None:
+    """The kernel shape string of an FP32 convolution or MatMul (the op table's
+    ``kernel_shape``: :func:`costmodel.kernel_model.tf_kernel_shape` of its static input and
+    output shapes and attributes), or None for another op, another dtype or an unknown shape.
+
+    ``input_shapes`` / ``output_shape`` may be those of a part of the op (a split's slice).
+    """
+    from costmodel.kernel_model import TF_KERNEL_SHAPE_OPS, tf_kernel_shape
+
+    if node.op not in TF_KERNEL_SHAPE_OPS or output_dtype != "float32":
+        return None
+    return tf_kernel_shape(node.op, input_shapes, output_shape, kernel_attrs(node))
+
+
 def _first_axis_view(op) -> bool:
     from ..strategy.ops import first_axis_view
 
@@ -438,6 +472,8 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
     _tf()  # quietly, before TensorFlow's own modules
     from tensorflow.python.framework import ops as tf_ops
 
+    from costmodel.kernel_model import TF_KERNEL_SHAPE_OPS as shaped_ops
+
     gd, graph = load_graph(graph_like)
     nodes = list(gd.node)
     n = len(nodes)
@@ -452,6 +488,7 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
     param_known = np.ones(n, dtype=bool)
     input_types = []
     kernel_types = []
+    kernel_shapes = []
     for i, node in enumerate(nodes):
         op = graph.get_operation_by_name(node.name)
         sizes, exact, dts, shps = [], [], [], []
@@ -477,6 +514,8 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
         if value is not None:
             flops[i], flops_known[i] = float(value), True
         kernel_types.append(kernel_index.device_types(node, functions))
+        kernel_shapes.append(kernel_shape(node, [_dims(t) for t in op.inputs], shps[0], dts[0])
+                             if shps and node.op in shaped_ops else None)
 
     # Edges, in GraphDef input order.
     src, dst, port, nbytes, back = [], [], [], [], []
@@ -561,6 +600,7 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
         "output_dtypes": out_dtypes,
         "output_shapes": out_shapes,
         "kernel_types": [None if k is None else tuple(sorted(k)) for k in kernel_types],
+        "kernel_shape": pd.Series(kernel_shapes, dtype=object),
     })
     notes = {"unknown_dim": int(unknown_dim), "functions": len(functions)}
     return GraphAnalysis(gd, graph, table, out_bytes, edges, frames, kernel_types,
@@ -602,6 +642,10 @@ def op_table(graph_def_or_graph, unknown_dim: int = 1) -> pd.DataFrame:
         - ``kernel_types`` (tuple of str or None): device types with a kernel
           matching the node's type attributes (``"DEFAULT"`` runs anywhere); None
           for calls of library functions
+        - ``kernel_shape`` (str or None): an FP32 convolution's or MatMul's shape as
+          the GPU presets' kernel model reads it (:func:`kernel_shape`:
+          ``"N=64 C=3 H=32 W=32 K=64 R=3 S=3 stride_h=1 ..."``, ``"M=10 N=64 K=512
+          transpose=NN"``); None for other ops and where a dimension is unknown
 
     Raises
     ------

@@ -59,7 +59,7 @@ import pandas as pd
 
 from ..errors import FddpsError
 from ..strategy.fddps_splits import SPLIT_RULES, SplitCandidate, part_extents, part_name, rules_for
-from .graphdef import _parse_input
+from .graphdef import _parse_input, kernel_shape
 from .static_values import node_attrs, shape_input_value
 from .structure import cond_branch_nodes
 
@@ -106,7 +106,25 @@ def _candidate_for(rule, op, node_def, output_bytes, edge_bytes):
     whole = {producers[i] for i in range(len(data)) if i not in special}
     return dict(rule=rule, size=size, sliced=tuple(sliced), output_bytes=float(output_bytes),
                 whole_bytes=float(sum(edge_bytes[name] for name in whole)),
-                elements=float(op.outputs[0].shape.num_elements())), None
+                elements=float(op.outputs[0].shape.num_elements()),
+                kernel=(node_def, [tuple(s.as_list()) if s.is_fully_defined() else None
+                                   for s in in_shapes],
+                        tuple(op.outputs[0].shape.as_list()), op.outputs[0].dtype.name)), None
+
+
+def _part_kernel_shape(fields, extent):
+    """The kernel shape string of a part covering ``extent`` of the split dimension (the
+    op's shapes with the sliced inputs' and a concatenated output's split axis at ``extent``),
+    or None where the op has none (:func:`fddps.tf.graphdef.kernel_shape`)."""
+    node_def, in_shapes, out_shape, dtype = fields["kernel"]
+    rule = fields["rule"]
+    ins = [None if s is None else list(s) for s in in_shapes]
+    for k, axis in rule.sliced:
+        ins[k][axis] = extent
+    out = list(out_shape)
+    if rule.combine == "concat":
+        out[rule.concat_axis] = extent
+    return kernel_shape(node_def, ins, out, dtype)
 
 
 def _synthetic_rows(found, max_parts):
@@ -137,7 +155,8 @@ def _part_rows(found, rows_of, max_parts):
     copy with FLOPs and the sliced inputs' bytes scaled by its share, and the
     output's bytes by its share for a concatenated output (whole for partial sums),
     and ``profile_name`` the op's: a profiled cost model scales the op's own
-    measurement to the part.
+    measurement to the part; ``kernel_shape`` the part's own (:func:`_part_kernel_shape`),
+    so that a GPU preset's kernel model times the part as it times the whole op.
 
     Returns
     -------
@@ -153,7 +172,7 @@ def _part_rows(found, rows_of, max_parts):
             rows.append(dict(whole, name=part_name(name, 0), profile_name=name,
                              flops=whole["flops"] * share,
                              input_bytes=whole["input_bytes"] - sliced * (1 - share),
-                             output_bytes=out))
+                             output_bytes=out, kernel_shape=_part_kernel_shape(fields, extent)))
             keys.append((c, extent))
     return pd.DataFrame(rows), keys
 

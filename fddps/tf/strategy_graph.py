@@ -106,7 +106,8 @@ def step_graph(graph_def, fetches=None, unknown_dim: int = 1) -> StepGraph:
             const_values=consts,
             flops=float(row["flops"]), input_bytes=float(row["input_bytes"]),
             output_bytes=float(row["output_bytes"]), param_bytes=float(row["param_bytes"]),
-            param_shape=param_shape, group=row["colocation_group"], tied=bool(tied)))
+            param_shape=param_shape, group=row["colocation_group"], tied=bool(tied),
+            kernel_shape=row.get("kernel_shape")))
     # Control inputs from outside the step (none when fetches cover them) are dropped.
     names = {op.name for op in ops}
     for op in ops:
