@@ -363,14 +363,15 @@ def _replay_placed(args):
 
 def cmd_simulate(args):
     """Predict the step of an already placed GraphDef."""
-    from .simulate import simulate
+    from .simulate import executor_policy, simulate
 
     schedule, desc = _replay_placed(args)
     g = schedule.graph
-    t = simulate(g, schedule.cluster, schedule.placement, policy="tensorflow")
+    t = simulate(g, schedule.cluster, schedule.placement,
+                 policy=executor_policy(schedule.cluster))
     used = len(set(schedule.device.tolist()))
     print(f"{desc}\npredicted step time {t.makespan * 1e3:.4g} ms (TensorFlow's own order per "
-          f"device, TensorFlow executor model) on {used} of {schedule.cluster.num_devices} devices")
+          f"device, {executor_policy(schedule.cluster)} executor model) on {used} of {schedule.cluster.num_devices} devices")
     import pandas as pd
 
     per_device = pd.DataFrame({"busy_ms": t.busy * 1e3, "utilization": t.utilization,

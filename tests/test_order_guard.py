@@ -1,12 +1,12 @@
 """place() predicts the step in TensorFlow's own order, and when that is slower than one
 device, enforces the scheduled order or falls back to one device (enforce_order="auto").
 
-The graph: on /cpu:0, ``x`` feeds a long chain of matmuls and a cheap ``s``; ``s``
+The graph: on /cpu:0, ``x`` feeds a long chain of matmuls and a tiny ``s``; ``s``
 starts another long chain, which the schedule runs on /cpu:1 beside the first.
 The schedule runs ``s`` before the chain on /cpu:0; TensorFlow's executor
-(modelled depth first: of the ops ``x`` readies, the chain's first) runs the
-chain first, so /cpu:1 idles and the step, plus a 1 ms link, is slower than
-on one device.
+(modelled first in, first out: in topological order, where the chain comes
+first) runs the chain first, so /cpu:1 idles and the step, plus a 1 ms link,
+is slower than on one device.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ def _two_chains(chain=3, pin="/cpu:0"):
         with tf.device(pin):
             a = v1.placeholder(tf.float32, [N, N], name="a")
             x = tf.matmul(a, a, name="x")
+            s = tf.reduce_sum(x, axis=0, keepdims=True, name="s")
             h = x
             for k in range(chain):
                 h = tf.matmul(h, x, name=f"long{k}")
-            s = tf.nn.relu(x, name="s")
-        c = tf.identity(s, name="c_in")
+        c = tf.tile(s, [N, 1], name="c_in")
         for k in range(chain):
             c = tf.matmul(c, c, name=f"other{k}")
         tf.add(h, c, name="out")

@@ -19,6 +19,7 @@ v1 = tf.compat.v1
 
 import fddps  # noqa: E402
 from fddps.cluster import Cluster  # noqa: E402
+from fddps.simulate import executor_policy  # noqa: E402
 from fddps.errors import (ClusterError, FddpsError, GraphError, InfeasibleError,  # noqa: E402
                           UnknownAlgorithmError)
 from fddps.tf import Placement, op_table, place, read_graph_def  # noqa: E402
@@ -388,7 +389,7 @@ def test_placement_reports(cnn_graph, tmp_path):
     assert p.executor_makespan > 0
     assert p.executor_makespan == pytest.approx(
         fddps.simulate(p.schedule.graph, p.cluster, p.schedule.device,
-                       policy="tensorflow").makespan)
+                       policy=executor_policy(p.cluster)).makespan)
     assert fddps.simulate(p.schedule.graph, p.cluster, p.schedule.device,
                           order).makespan == pytest.approx(p.makespan)
     ordered = place(cnn_graph.graph_def, CPUS, fetches=["train", "loss"], enforce_order=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..simulate import peak_memory, simulate
+from ..simulate import executor_policy, peak_memory, simulate
 from .split_rewrite import split_node_names
 
 
@@ -53,7 +53,8 @@ class Placement:
     @property
     def executor_makespan(self) -> float:
         """Predicted seconds of one step when TensorFlow orders each device's ops
-        itself (:func:`fddps.simulate` with its ``"tensorflow"`` executor); with
+        itself (:func:`fddps.simulate` with :func:`~fddps.simulate.executor_policy`'s
+        executor); with
         order edges (``enforce_order``), the scheduled order run by that executor
         (its workers' sends behind the op after their producer)."""
         return float(self.info.get("executor_makespan", self.schedule.makespan))
@@ -168,7 +169,8 @@ class Placement:
         if guard:
             tf_order, single = info["tf_order_makespan"], info["single_makespan"]
             lines.append(
-                f"in the order TensorFlow picks itself (TensorFlow executor model) the step would take "
+                f"in the order TensorFlow picks itself ({executor_policy(c)} executor model) "
+                f"the step would take "
                 f"{tf_order * scale:.4g} {unit}, slower than one device ({single * scale:.4g} {unit}): "
                 + ("order control edges make TensorFlow follow the scheduled order "
                    "(enforce_order='auto')" if guard == "enforced order" else
@@ -178,13 +180,15 @@ class Placement:
         if not guard and abs(executor - s.makespan) > s.makespan * 0.01:
             # The placed file runs in TensorFlow's order: its peaks are that order's
             # (what `fddps simulate` of the file reports).
-            tf_peak = simulate(g, c, s.device, policy="tensorflow").peak_memory.to_numpy()
+            tf_peak = simulate(g, c, s.device,
+                               policy=executor_policy(c)).peak_memory.to_numpy()
         if guard:
             pass
         elif abs(executor - s.makespan) > s.makespan * 0.01:
             # What the placed file runs (and `fddps simulate` of it predicts).
             lines.append(
-                f"in the order TensorFlow picks itself (TensorFlow executor model; what the placed "
+                f"in the order TensorFlow picks itself ({executor_policy(c)} executor model; "
+                f"what the placed "
                 f"graph runs) {executor * scale:.4g} {unit}"
                 + (", slower than the best single device" if executor > best_single else "")
                 + "; enforce_order=True makes it follow the scheduled order")

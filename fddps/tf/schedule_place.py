@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from ..errors import FddpsError, InfeasibleError
-from ..simulate import simulate
+from ..simulate import executor_policy, simulate
 from .devices import make_cluster
 from .fetches import record_fetches
 from .placement import Placement
@@ -31,8 +31,9 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
     """Whether to enforce the schedule's order, or fall back to one device (``enforce_order="auto"``).
 
     TensorFlow's executor picks each device's order itself; predicted that way
-    (:func:`fddps.simulate` with its ``"tensorflow"`` executor: depth first,
-    a worker's sends behind the op it starts next) the step may be slower than on the best
+    (:func:`fddps.simulate` with :func:`~fddps.simulate.executor_policy`'s
+    executor: on CPU workers TensorFlow's, depth first, a worker's sends behind
+    the op it starts next) the step may be slower than on the best
     single device. Then the scheduled order is enforced when it can be
     (``can_enforce``: fetches given) and the scheduled step, predicted as
     TensorFlow runs it held to that order, beats one device;
@@ -53,7 +54,7 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
     if enforce_order != "auto":
         return schedule, bool(enforce_order), info
     tf_order = float(simulate(schedule.graph, cluster, schedule.device,
-                              policy="tensorflow").makespan)
+                              policy=executor_policy(cluster)).makespan)
     info["tf_order_makespan"] = tf_order
     if tf_order <= schedule.makespan * (1 + 1e-9):
         return schedule, False, info
@@ -68,7 +69,7 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
     # Held to the scheduled order, a worker still serves its sends on the thread
     # that runs the step (simulate with the order and the "tensorflow" executor).
     enforced = float(simulate(schedule.graph, cluster, schedule.device, order=schedule.order,
-                              policy="tensorflow").makespan)
+                              policy=executor_policy(cluster)).makespan)
     info["enforced_order_makespan"] = enforced
     if can_enforce and enforced < single.makespan:
         info["order_guard"] = "enforced order"
@@ -140,12 +141,12 @@ def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, ov
         if enforce_order:
             executor = guard.get("enforced_order_makespan") or float(simulate(
                 split_graph, cluster, schedule.device, order=schedule.order,
-                policy="tensorflow").makespan)
+                policy=executor_policy(cluster)).makespan)
         elif not guard["order_guard"] and np.isfinite(guard["tf_order_makespan"]):
             executor = guard["tf_order_makespan"]  # the guard predicted this schedule already
         else:
             executor = float(simulate(split_graph, cluster, schedule.device,
-                                      policy="tensorflow").makespan)
+                                      policy=executor_policy(cluster)).makespan)
         info.update(order_edges_added=order_edges, decide_seconds=t_decided - t_read,
                     executor_makespan=executor, **guard,
                     place_seconds=time.perf_counter() - t0, algorithm=algorithm,

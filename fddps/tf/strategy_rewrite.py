@@ -47,7 +47,7 @@ import warnings
 
 import numpy as np
 
-from ..simulate import simulate
+from ..simulate import executor_policy, simulate
 from ..strategy.expand import _tensor_box as _box
 from ..strategy.ops import HaloAxis, NotDescribed, resolve
 from ..strategy.strategy import StrategyError, parts, validate
@@ -710,8 +710,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     :func:`rewrite_strategy`'s, and its schedule (``makespan``,
     ``peak_memory``) is that GraphDef's own step, every node costed where the
     rewrite put it and run in the order TensorFlow's executor picks on each
-    device (:func:`fddps.simulate`'s ``"tensorflow"`` executor, whose step with
-    the workers' sends where TensorFlow serves them is
+    device (:func:`fddps.simulate.executor_policy`'s model, whose step is
     ``executor_makespan``): what TensorFlow runs, including the slices, concatenations, statistics and
     sums the rewrite adds between parts. The strategy's task graph
     (:func:`fddps.strategy.expand`, what the searches score) approximates
@@ -758,7 +757,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
             "ops": len(step), "nodes": len(analysis.graph_def.node),
             "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
             "executor_makespan": float(simulate(schedule.graph, cluster, schedule.device,
-                                                policy="tensorflow").makespan),
+                                                policy=executor_policy(cluster)).makespan),
             "algorithm": "strategy",
             "expansion_makespan": expansion.simulate(cluster).makespan,
             "sharded_variables": shards,
@@ -805,5 +804,5 @@ def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim
                        if node_device.get(name) else default for name in graph.names],
                       dtype=np.int64)
     return Schedule.from_order(graph, cluster, device,
-                               executor_order(graph, cluster, device, policy="tensorflow"),
+                               executor_order(graph, cluster, device, policy=executor_policy(cluster)),
                                algorithm="strategy", info={"strategy": strategy, "splits": []})
