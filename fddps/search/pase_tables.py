@@ -23,10 +23,13 @@ the price of additivity.
 :func:`build_tables` fills ``unary[v][c]`` and ``pairwise[u, v][c_u, c_v]``
 with these terms; :func:`additive_cost` computes the same sum for one given
 strategy from its whole expansion at once (the independent check:
-``tests/test_pase.py``). Costing is batched: every row of the vertex tables
-goes through one cost-model call per device type; each edge's table is costed
-for all pairs of configurations at once (:mod:`~fddps.search.pase_edges`: the
-same floats as costing each pair's records).
+``tests/test_pase.py``). Costing is vectorised: each vertex's table is costed
+for all its configurations at once, its rows in one cost-model call per device
+type for the whole build (:mod:`~fddps.search.pase_vertex_tables`), and each
+edge's table for all pairs of configurations at once
+(:mod:`~fddps.search.pase_edges`); both give the same floats as costing each
+configuration's (pair's) records, which ``build_tables(vectorised=False)`` still
+does (the reference the tests compare them with).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import pandas as pd
 from ..strategy.expand import op_layout, op_records, part_of_task
 from ..strategy.ops import NotDescribed, resolve
 from .pase_edges import RowCosts, edge_table
+from .pase_vertex_tables import RowSink, vertex_table
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
                 "profile_name"]
@@ -250,9 +254,11 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
     scalar_edges : bool
         As :func:`edges_between`'s.
     vectorised : bool
-        Cost each edge's table for all pairs of configurations at once
-        (:func:`~fddps.search.pase_edges.edge_table`: the same values); False costs
-        every pair record by record (the reference the tests compare it with).
+        Cost each vertex's table for all its configurations at once
+        (:func:`~fddps.search.pase_vertex_tables.vertex_table`) and each edge's for all
+        pairs of configurations at once (:func:`~fddps.search.pase_edges.edge_table`):
+        the same values; False costs every configuration and pair record by record
+        (the reference the tests compare it with).
 
     Returns
     -------
@@ -262,8 +268,16 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
     vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
     layouts = _Layouts(step)
     batch = _Batch(cluster)
+    sink = RowSink(cluster, cost_model) if vectorised else None
     unary_terms = []
     for i, vtx in enumerate(vertices):
+        if vectorised:
+            value = vertex_table(step, cluster, layouts, [c for _, c in configs[i]], vtx, sink)
+            if value is not None:
+                unary_terms.append(value)
+                if check:
+                    check(f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
+                continue
         keep = {frozenset((i,))}
         row = []
         # An op's records in its vertex's term depend on its own configuration and those
@@ -346,7 +360,9 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         if check:
             check(f"edge {e + 1} of {len(edges)} between vertices")
     values = batch.values(cost_model)
-    unary = [values[np.asarray(r, dtype=np.int64)] for r in unary_terms]
+    costs = sink.costs() if sink is not None else None
+    unary = [r(costs) if callable(r) else values[np.asarray(r, dtype=np.int64)]
+             for r in unary_terms]
     pairwise = {k: pair_tables[k] if k in pair_tables else values[pair_terms[k]] for k in edges}
     return unary, pairwise
 
