@@ -316,22 +316,36 @@ def _small_cnn(batch=8, width=8):
 @pytest.mark.parametrize("k", [3, 4])
 def test_vectorised_edge_tables_equal_the_record_by_record_costing(mlp, k, monkeypatch):
     # Same floats, so the DP's answer cannot change: splits of every dimension (partial
-    # sums, halos, batch-norm statistics, slices and concatenations) at 3 and 4 devices.
-    from fddps.search import pase_tables
+    # sums, halos, batch-norm statistics, slices and concatenations) at 3 and 4 devices,
+    # by the arrays the vertex tables use (pase_vertex_tables.edge_table) and by the
+    # older vectorised path (pase_edges.edge_table), which the first falls back to.
+    from fddps.search import pase_tables, pase_vertex_tables
 
-    made = []
+    made, older = [], []
 
-    def edge_table(*args, **kw):
-        made.append(pase_edges.edge_table(*args, **kw))
+    def array_edge_table(*args, **kw):
+        made.append(pase_vertex_tables.edge_table(*args, **kw))
         return made[-1]
 
-    monkeypatch.setattr(pase_tables, "edge_table", edge_table)
-    for step in (mlp, _small_cnn()):
+    def edge_table(*args, **kw):
+        older.append(pase_edges.edge_table(*args, **kw))
+        return older[-1]
+
+    monkeypatch.setattr(pase_tables, "array_edge_table", array_edge_table)
+    for step in (mlp, _small_cnn(), _resnet_block()):
         devices, vertices, configs = _space(step, k)
         cluster = CM.cluster(devices)
         _assert_same_tables(build_tables(step, cluster, CM, vertices, configs),
                             build_tables(step, cluster, CM, vertices, configs, vectorised=False))
-    assert made and all(t is not None for t in made)  # no edge fell back to the records
+    assert made and all(t is not None for t in made)  # no edge fell back
+    monkeypatch.setattr(pase_tables, "array_edge_table", lambda *a, **kw: None)
+    monkeypatch.setattr(pase_tables, "edge_table", edge_table)
+    step = _small_cnn()
+    devices, vertices, configs = _space(step, k)
+    cluster = CM.cluster(devices)
+    _assert_same_tables(build_tables(step, cluster, CM, vertices, configs),
+                        build_tables(step, cluster, CM, vertices, configs, vectorised=False))
+    assert older and all(t is not None for t in older)
 
 
 def _resnet_block(batch=4, width=8):

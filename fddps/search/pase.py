@@ -311,6 +311,7 @@ class PaseSearch(StrategySearch):
                 f"max_table={self.max_table}; largest table by order: {others})")
         info = dict(order=chosen, largest_table={k: int(p[0]) for k, p in plans.items()},
                     table_entries={k: int(p[3]) for k, p in plans.items()})
+        self.dims_of = dims_of  # resolved once: the tables reuse it
         return vertices, configs, candidates[chosen], info
 
     def costs(self, step, cluster, cost_model):
@@ -319,7 +320,7 @@ class PaseSearch(StrategySearch):
         vertices, configs, _, _ = self.space(step, cluster, t0)
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
                                        check=lambda what: self._check_time(t0, what),
-                                       scalar_edges=self.scalar_edges)
+                                       scalar_edges=self.scalar_edges, dims_of=self.dims_of)
         return vertices, configs, unary, pairwise
 
     def fit(self, step, cluster, cost_model) -> SearchResult:
@@ -329,7 +330,7 @@ class PaseSearch(StrategySearch):
         t_space = time.perf_counter() - t0
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
                                        check=lambda what: self._check_time(t0, what),
-                                       scalar_edges=self.scalar_edges)
+                                       scalar_edges=self.scalar_edges, dims_of=self.dims_of)
         t_costs = time.perf_counter() - t0 - t_space
         names = self.names
         t1 = time.perf_counter()

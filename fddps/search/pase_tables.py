@@ -44,7 +44,8 @@ import pandas as pd
 from ..strategy.expand import op_layout, op_records, part_of_task
 from ..strategy.ops import NotDescribed, resolve
 from .pase_edges import RowCosts, edge_table
-from .pase_vertex_tables import RowSink, vertex_table
+from .pase_vertex_tables import Context, vertex_table
+from .pase_vertex_tables import edge_table as array_edge_table
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
                 "profile_name"]
@@ -53,9 +54,9 @@ _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "para
 class _Layouts:
     """op_layout per (op, configuration), cached; task -> device of every layout seen."""
 
-    def __init__(self, step):
+    def __init__(self, step, dims=None):
         self.step = step
-        self.dims = {}
+        self.dims = dict(dims or {})
         self.cache = {}
         self.device = {}
 
@@ -241,7 +242,7 @@ def edges_between(step, vertex_of, scalar_edges=False) -> dict:
 
 
 def build_tables(step, cluster, cost_model, vertices, configs, check=None, scalar_edges=False,
-                 vectorised=True):
+                 vectorised=True, dims_of=None):
     """``(unary, pairwise)`` of the additive cost (module notes).
 
     Parameters
@@ -259,6 +260,8 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         pairs of configurations at once (:func:`~fddps.search.pase_edges.edge_table`):
         the same values; False costs every configuration and pair record by record
         (the reference the tests compare it with).
+    dims_of : dict of op -> resolved description or None, optional
+        :func:`~fddps.strategy.ops.resolve` of the ops, where the caller has it.
 
     Returns
     -------
@@ -266,13 +269,14 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
     pairwise : dict of (u, v) -> numpy.ndarray, ``u < v``, indexed ``[c_u, c_v]``
     """
     vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
-    layouts = _Layouts(step)
+    layouts = _Layouts(step, dims_of)
     batch = _Batch(cluster)
-    sink = RowSink(cluster, cost_model) if vectorised else None
+    ctx = Context(step, cluster, cost_model, layouts, configs, vertex_of, vertices) \
+        if vectorised else None
     unary_terms = []
     for i, vtx in enumerate(vertices):
         if vectorised:
-            value = vertex_table(step, cluster, layouts, [c for _, c in configs[i]], vtx, sink)
+            value = vertex_table(ctx, i)
             if value is not None:
                 unary_terms.append(value)
                 if check:
@@ -318,8 +322,10 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         ku = _distinct(configs[u], touch_u)
         kv = _distinct(configs[v], touch_v)
         if vectorised:
-            table = edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku,
-                               kv, row_costs)
+            table = array_edge_table(ctx, u, v, readers, ku, kv)
+            if table is None:  # not described by the arrays: the older vectorised path
+                table = edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers,
+                                   ku, kv, row_costs)
             if table is not None:
                 pair_tables[u, v] = table
                 if check:
@@ -360,10 +366,13 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         if check:
             check(f"edge {e + 1} of {len(edges)} between vertices")
     values = batch.values(cost_model)
-    costs = sink.costs() if sink is not None else None
+    costs = ctx.sink.costs() if ctx is not None else None
     unary = [r(costs) if callable(r) else values[np.asarray(r, dtype=np.int64)]
              for r in unary_terms]
-    pairwise = {k: pair_tables[k] if k in pair_tables else values[pair_terms[k]] for k in edges}
+    pairwise = {}
+    for k in edges:
+        t = pair_tables[k] if k in pair_tables else values[pair_terms[k]]
+        pairwise[k] = t(costs) if callable(t) else t
     return unary, pairwise
 
 

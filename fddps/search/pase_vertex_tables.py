@@ -222,51 +222,91 @@ def _passes(sink, mask, names, steps, elements, size):
     return out
 
 
-def vertex_table(step, cluster, layouts, cfgs_of, vtx, sink):
-    """The terms of one vertex for each of its configurations, to be valued once ``sink``
-    has costed its rows: a callable ``value(costs) -> numpy.ndarray`` (one entry per
-    configuration), or ``None`` when a record is of a kind not described here.
+class Context:
+    """What the tables of one build share: each op's configurations over its vertex's
+    (:class:`_OpGroups`), each tensor's pieces (:class:`_Pieces`), each op's reads, and
+    the rows (:class:`RowSink`).
 
     Parameters
     ----------
-    step : StepGraph
-    cluster : Cluster
+    step, cluster, cost_model
     layouts : pase_tables._Layouts
-    cfgs_of : list of dict
-        Per configuration of the vertex, ``{op: OpConfig}`` for its ops.
-    vtx : list of str
-        The vertex's ops, in step order.
-    sink : RowSink
+    configs : list of list of (label, {op: OpConfig})
+    vertex_of : dict of op -> vertex
+    vertices : list of list of str
+    """
+
+    def __init__(self, step, cluster, cost_model, layouts, configs, vertex_of, vertices):
+        self.step, self.cluster, self.layouts = step, cluster, layouts
+        self.vertices = vertices
+        self.configs, self.vertex_of = configs, vertex_of
+        self.index = cluster.index
+        self.lat = np.asarray(cluster.latency, dtype=np.float64)
+        self.inv = np.asarray(cluster.inv_bandwidth, dtype=np.float64)
+        self.ndev = len(cluster.devices)
+        self.sink = RowSink(cluster, cost_model)
+        self._groups, self._pieces, self._reads = {}, {}, {}
+
+    def groups(self, n):
+        if n not in self._groups:
+            self._groups[n] = _OpGroups(self.step, self.layouts, self.index, n,
+                                        [c[n] for _, c in self.configs[self.vertex_of[n]]])
+        return self._groups[n]
+
+    def pieces(self, src, port):
+        if (src, port) not in self._pieces:
+            self._pieces[src, port] = _Pieces(self.groups(src), port, self.ndev)
+        return self._pieces[src, port]
+
+    def reads(self, n):
+        """``(ins, outs, consumer)``: the boxes of the tensors each part of ``n`` reads and
+        writes (``(lo, hi)`` of shape ``(K, P, rank)``), and the task each of its feeds is
+        recorded against (the part, or its first statistics task)."""
+        if n not in self._reads:
+            og = self.groups(n)
+            op, dims, split = og.op, og.dims, og.split
+            if split.any():
+                ins = [og.tensor_box(m, s) for m, s in zip(dims.inputs, op.input_shapes)]
+                outs = [og.tensor_box(m, s) for m, s in zip(dims.outputs, op.output_shapes)]
+            else:
+                ins = [og.tensor_box(None, s) for s in op.input_shapes]
+                outs = []
+            if split.any() and len(ins) < len(op.inputs) or any(
+                    ins[k][0].shape[2] != len(tuple(op.input_shapes[k] or ()))
+                    for k in range(min(len(ins), len(op.inputs)))):
+                raise _Undescribed(f"{n}: a tensor's axes not all described")
+            P = og.P
+            part_names = np.array([f"{n}/fddps_part_{j}" for j in range(P)], dtype=object)
+            consumer = np.where(split[:, None], part_names[None, :], n)
+            if og.stats_split.any():
+                last = "/pass_0" if op.op_type in SYNC_BATCH_NORM else ""
+                first = np.array([f"{t}/stats{last}" for t in part_names], dtype=object)
+                consumer = np.where(og.stats_split[:, None], first[None, :], consumer)
+            self._reads[n] = (ins, outs, consumer)
+        return self._reads[n]
+
+
+def vertex_table(ctx, i):
+    """The terms of vertex ``i`` for each of its configurations, to be valued once
+    ``ctx.sink`` has costed its rows: a callable ``value(costs) -> numpy.ndarray`` (one
+    entry per configuration), or ``None`` when a record is of a kind not described here.
     """
     try:
-        return _vertex_table(step, cluster, layouts, cfgs_of, vtx, sink)
+        return _vertex_table(ctx, i)
     except _Undescribed:
         return None
 
 
-def _vertex_table(step, cluster, layouts, cfgs_of, vtx, sink):
-    index = cluster.index
-    lat = np.asarray(cluster.latency, dtype=np.float64)
-    inv = np.asarray(cluster.inv_bandwidth, dtype=np.float64)
-    ndev = len(cluster.devices)
-    C = len(cfgs_of)
+def _vertex_table(ctx, i):
+    step, sink = ctx.step, ctx.sink
+    lat, inv, ndev = ctx.lat, ctx.inv, ctx.ndev
+    vtx = ctx.vertices[i]
+    C = len(ctx.configs[i])
     everyone = np.arange(C)
     inside = set(vtx)
     load = np.zeros((C, ndev, ndev))
     steps = []  # (row id per configuration, -1: none; device per configuration), in order
-    groups = {}
-
-    def groups_of(n):
-        if n not in groups:
-            groups[n] = _OpGroups(step, layouts, index, n, [c[n] for c in cfgs_of])
-        return groups[n]
-
-    pieces = {}
-
-    def pieces_of(src, port):
-        if (src, port) not in pieces:
-            pieces[src, port] = _Pieces(groups_of(src), port, ndev)
-        return pieces[src, port]
+    groups_of, pieces_of = ctx.groups, ctx.pieces
 
     for n in vtx:
         og = groups_of(n)
@@ -275,19 +315,7 @@ def _vertex_table(step, cluster, layouts, cfgs_of, vtx, sink):
         gid = og.gid
         split = og.split
         shape_only = op.op_type in SHAPE_ONLY_OPS
-        in_specs = dims.inputs if dims is not None else ()
-        nin = len(op.inputs)
-        # Boxes of the tensors each part reads and writes.
-        if split.any():
-            ins = [og.tensor_box(m, s) for m, s in zip(in_specs, op.input_shapes)]
-            outs = [og.tensor_box(m, s) for m, s in zip(dims.outputs, op.output_shapes)]
-        else:
-            ins = [og.tensor_box(None, s) for s in op.input_shapes]
-            outs = []
-        if split.any() and len(ins) < nin or any(
-                ins[k][0].shape[2] != len(tuple(op.input_shapes[k] or ()))
-                for k in range(min(len(ins), nin))):
-            return None  # a tensor's axes not all described: record by record
+        ins, outs, consumer = ctx.reads(n)  # the boxes each part reads and writes
         # The parts' own tasks.
         part_names = np.array([f"{n}/fddps_part_{j}" for j in range(P)], dtype=object)
         names = np.where(split[:, None], part_names[None, :], n)
@@ -344,14 +372,8 @@ def _vertex_table(step, cluster, layouts, cfgs_of, vtx, sink):
                 base = sink.add_block(np.broadcast_to(stat_names[None, :], (K, P))[mask], "Sum",
                                       (2 * elements)[mask], size[mask], 0.0, 0.0, None)
                 stats_rows[0][mask] = base + np.arange(int(mask.sum()))
-            # The task each feed of a part is recorded against (the first statistics task).
-            stats_first = stat_names if sync is None else np.array(
-                [f"{t}/pass_0" for t in stat_names], dtype=object)
         # Per part, in op_records' order: its task(s), its statistics, then its feeds
         # (from the vertex's own ops: every part and piece of one input at once).
-        consumer = np.where(split[:, None], part_names[None, :], n)
-        if stats_split.any():
-            consumer = np.where(stats_split[:, None], stats_first[None, :], consumer)
         feed_rows, links = [], []
         for k, (src, port) in enumerate(op.inputs):
             if shape_only or src not in inside or k >= len(ins):
@@ -360,16 +382,7 @@ def _vertex_table(step, cluster, layouts, cfgs_of, vtx, sink):
                                f"{src}/fddps_reduce_{port}")
             feed_rows.append(rows)
             links.append(link)
-        if links:
-            # Transfers in record order (part, then input, then piece), so each link's
-            # seconds add up as the records do.
-            Q = max(x[1].shape[3] for x in links)
-            cells = np.concatenate([np.pad(x[0], ((0, 0),) * 3 + ((0, Q - x[0].shape[3]), (0, 0)))
-                                    for x in links], axis=2).reshape(-1, 3)
-            secs = np.concatenate([np.pad(x[1], ((0, 0),) * 3 + ((0, Q - x[1].shape[3]),))
-                                   for x in links], axis=2).reshape(-1)
-            keep = secs > 0
-            np.add.at(load, tuple(cells[keep].T), secs[keep])
+        _add_links(load, links)
         valid = og.valid
         for j in range(P):
             vj = valid[gid, j]
@@ -384,9 +397,31 @@ def _vertex_table(step, cluster, layouts, cfgs_of, vtx, sink):
         if stats_split.any():
             _stats_links(og, gid, dims, load, lat, inv, everyone)
 
+    return _valuer(steps, load)
+
+
+def _add_links(load, links):
+    """Add a reader's transfers to ``load`` in record order (part, then input, then piece),
+    so that each link's seconds add up as the records' do."""
+    links = [x for x in links if x is not None]
+    if not links:
+        return
+    Q = max(x[2].shape[2] for x in links)
+    # (items, parts, inputs, pieces): C order is record order within each item.
+    src, dst, secs = [np.stack([np.pad(x[f], ((0, 0), (0, 0), (0, Q - x[f].shape[2])))
+                                for x in links], axis=2) for f in range(3)]
+    keep = secs > 0
+    item = np.broadcast_to(np.arange(len(secs))[:, None, None, None], secs.shape)
+    np.add.at(load, (item[keep], src[keep], dst[keep]), secs[keep])
+
+
+def _valuer(steps, load):
+    """``value(costs)``: per configuration (pair), its busiest device's seconds (``steps``'
+    rows summed in order) plus its busiest link's (``load``)."""
+    C, ndev = load.shape[0], load.shape[1]
+
     def value(costs):
-        # Each configuration's seconds per device, summed in record order (accumulate
-        # is sequential; a step on another device or with no row adds an exact zero).
+        # accumulate is sequential; a step on another device or with no row adds an exact 0.
         busy = np.zeros((C, ndev))
         if steps:
             rows = np.stack([r for r, _ in steps])
@@ -433,18 +468,32 @@ class _Pieces:
         self.K, self.P = K, P
 
 
-def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name):
+def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=None):
     """Records of every part's read of one tensor of the vertex, for every configuration
     at once (as :func:`~fddps.strategy.expand.op_records`' ``feed``): the row each part
-    pays, ``(C, P)`` ids (-1: none), and its transfers, ``(cells (C, P, 1, Q, 3), seconds
-    (C, P, 1, Q))`` in record order (zero seconds: none)."""
-    gid = og.gid
+    pays, ``(C, P)`` ids (-1: none), and its transfers, ``(source device, destination
+    device, seconds)`` each ``(C, P, Q)`` in record order (zero seconds: none; None: no
+    transfer at all). Items with the same reader and producer configurations are costed
+    once."""
+    gid = og.gid if gid is None else gid  # the reader's group per item (configuration, pair)
+    sg = pc.gid if sg is None else sg  # the producer's
+    # Each pair of reader and producer configurations is costed once.
+    combo = gid * pc.K + sg
+    uniq, back = np.unique(combo, return_inverse=True)
+    back = np.asarray(back).reshape(-1)
+    rows, link = _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name,
+                            uniq // pc.K, uniq % pc.K)
+    if link is not None:
+        link = tuple(x[back] for x in link)
+    return rows[back], link
+
+
+def _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid, sg):
     C = len(gid)
     in_lo, in_hi = inbox
     L, H = in_lo[gid], in_hi[gid]  # (C, P, r)
     V = og.valid[gid]
     D = og.dev[gid]
-    sg = pc.gid
     PL, PH = pc.lo[sg], pc.hi[sg]  # (C, Q, r)
     ilo = np.maximum(PL[:, None], L[:, :, None])
     ihi = np.minimum(PH[:, None], H[:, :, None])  # (C, P, Q, r)
@@ -458,7 +507,7 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name):
     src = np.where(local, dst, pc.first_dev[sg][:, None, :])
     move = ok & (src != dst) & (nbytes > 0)
     secs = np.where(move, lat[src, dst] + nbytes * inv[src, dst], 0.0)
-    cells = np.stack([np.broadcast_to(cidx, ok.shape), src, dst], axis=-1)
+    link = (src, dst, secs) if move.any() else None
     # The row paid: a reduce of partial sums, a concatenation of several pieces, or a
     # slice of one (none when it is the whole piece, or a view).
     count = ok.sum(axis=-1)  # (C, P)
@@ -505,7 +554,76 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name):
             kd == 0, sz, np.prod(pext[ci, pi], axis=-1).astype(np.float64) * item))
         base = sink.add_block(name, op_type, flops, in_bytes, sz, 0.0, None)
         rows[some] = base + np.asarray(inverse).reshape(-1)
-    return rows, (cells[:, :, None], secs[:, :, None])
+    return rows, link
+
+
+def edge_table(ctx, u, v, readers, ku, kv):
+    """The term of edge ``(u, v)`` for every pair of their configurations (as
+    :func:`~fddps.search.pase_edges.edge_table`, from the same arrays as the vertex
+    tables): a callable ``value(costs) -> numpy.ndarray`` of shape
+    ``(len(configs[u]), len(configs[v]))``, or None when a record is not described here.
+
+    Parameters
+    ----------
+    readers : list of str
+        The ops reading across the pair, in step order.
+    ku, kv : list of int
+        Per configuration of ``u`` (``v``), a key: equal keys give equal terms.
+    """
+    try:
+        return _edge_table(ctx, u, v, readers, ku, kv)
+    except _Undescribed:
+        return None
+
+
+def _edge_table(ctx, u, v, readers, ku, kv):
+    step, vertex_of, sink = ctx.step, ctx.vertex_of, ctx.sink
+    rep = {}
+    for side, keys in ((u, ku), (v, kv)):
+        first = {}
+        for a, k in enumerate(keys):
+            first.setdefault(k, a)
+        rep[side] = np.asarray([first[k] for k in range(len(first))], dtype=np.int64)
+    nu, nv = len(rep[u]), len(rep[v])
+    npairs = nu * nv
+    pair_cfg = {u: rep[u][np.repeat(np.arange(nu), nv)], v: rep[v][np.tile(np.arange(nv), nu)]}
+    load = np.zeros((npairs, ctx.ndev, ctx.ndev))
+    steps = []
+    for n in readers:
+        op = step.ops[n]
+        mine = vertex_of[n]
+        other = v if mine == u else u
+        if op.op_type in SHAPE_ONLY_OPS:
+            continue
+        across = [(k, src, port) for k, (src, port) in enumerate(op.inputs)
+                  if vertex_of[src] == other]
+        if not across:
+            continue
+        og = ctx.groups(n)
+        gid = og.gid[pair_cfg[mine]]
+        ins, _, consumer = ctx.reads(n)
+        feed_rows, links = [], []
+        for k, src, port in across:
+            if k >= len(ins):
+                continue
+            pc = ctx.pieces(src, port)
+            rows, link = _feed(pc, ins[k], og, consumer, ctx.lat, ctx.inv, sink,
+                               f"{src}/fddps_reduce_{port}", gid, pc.gid[pair_cfg[other]])
+            feed_rows.append(rows)
+            links.append(link)
+        _add_links(load, links)
+        dev = og.dev[gid]
+        for j in range(og.P):
+            for rows in feed_rows:
+                if (rows[:, j] >= 0).any():
+                    steps.append((rows[:, j], dev[:, j]))
+    value = _valuer(steps, load)
+    ku, kv = np.asarray(ku), np.asarray(kv)
+
+    def table(costs):
+        return value(costs).reshape(nu, nv)[ku][:, kv]
+
+    return table
 
 
 def _stats_links(og, gid, dims, load, lat, inv, everyone):
@@ -532,4 +650,4 @@ def _stats_links(og, gid, dims, load, lat, inv, everyone):
             load[everyone, a[gid], b[gid]] += w[gid]
 
 
-__all__ = ["RowSink", "vertex_table"]
+__all__ = ["Context", "RowSink", "edge_table", "vertex_table"]
