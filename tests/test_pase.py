@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from costmodel import default_cost_model
 from fddps.search import pase_edges
 from fddps.search.base import SearchError
-from fddps.search.pase import PaseSearch, _run, dfs_order, eliminate, paper_order
+from fddps.search.pase import PaseSearch, _run, dfs_order, eliminate, paper_order, runner_up
 from fddps.search.pase_tables import additive_cost, build_tables, edges_between, tables_cost
 from fddps.search.pase_vertices import coarsen, factor_tuples, vertex_configs
 from fddps.strategy import OpConfig, Strategy, validate
@@ -130,6 +130,7 @@ def test_pase_equals_brute_force_and_tables_equal_the_strategy_cost(drawn, rnd):
                 banned[v][choice[v]] = np.inf
                 fresh = eliminate(banned, pairwise, order=order)
                 assert _run(banned, pairwise, sizes, order, base=steps, changed=v)[:2] == fresh
+                assert runner_up(unary, pairwise, sizes, order, steps, v, banned[v]) == fresh[1]
     # Tables equal the independent additive cost of whole strategies, at random
     # choices and at every choice of one vertex with the rest random.
     vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}

@@ -495,11 +495,18 @@ def _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid, sg):
     V = og.valid[gid]
     D = og.dev[gid]
     PL, PH = pc.lo[sg], pc.hi[sg]  # (C, Q, r)
-    ilo = np.maximum(PL[:, None], L[:, :, None])
-    ihi = np.minimum(PH[:, None], H[:, :, None])  # (C, P, Q, r)
-    ok = pc.piece[sg][:, None, :] & V[:, :, None] & np.all(ihi > ilo, axis=-1)
+    # Each part's box against each piece, axis by axis (C, P, Q): the intersection's
+    # elements as a float product of its integer extents (exact below 2**53, as
+    # expand's float(math.prod(...))).
+    ok = pc.piece[sg][:, None, :] & V[:, :, None]
+    elements = np.ones(ok.shape)
+    for a in range(L.shape[2]):
+        e = (np.minimum(PH[:, None, :, a], H[:, :, None, a]) -
+             np.maximum(PL[:, None, :, a], L[:, :, None, a]))
+        ok &= e > 0
+        elements *= e
     item = pc.itemsize
-    nbytes = np.prod(ihi - ilo, axis=-1).astype(np.float64) * item
+    nbytes = elements * item
     Q = PL.shape[1]
     cidx = np.arange(C)[:, None, None]
     local = pc.held[sg][cidx, np.arange(Q)[None, None, :], D[:, :, None]]
@@ -517,9 +524,8 @@ def _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid, sg):
     kind = np.where(V, kind, -1)
     rows = np.full(V.shape, -1, dtype=np.int64)
     size = np.prod(H - L, axis=-1).astype(np.float64) * item
-    take = (np.arange(C)[:, None], np.arange(V.shape[1])[None, :], one)
     plo, phi = PL[np.arange(C)[:, None], one], PH[np.arange(C)[:, None], one]  # (C, P, r)
-    jlo, jhi = ilo[take], ihi[take]
+    jlo, jhi = np.maximum(plo, L), np.minimum(phi, H)  # the first piece's intersection
     whole_piece = np.all((jlo == plo) & (jhi == phi), axis=-1)
     pext, jext = phi - plo, jhi - jlo
     r = L.shape[2]
