@@ -131,6 +131,8 @@ def test_pase_equals_brute_force_and_tables_equal_the_strategy_cost(drawn, rnd):
                 fresh = eliminate(banned, pairwise, order=order)
                 assert _run(banned, pairwise, sizes, order, base=steps, changed=v)[:2] == fresh
                 assert runner_up(unary, pairwise, sizes, order, steps, v, banned[v]) == fresh[1]
+                assert runner_up(unary, pairwise, sizes, order, steps, v, banned[v],
+                                 base_choice=choice) == fresh[1]
     # Tables equal the independent additive cost of whole strategies, at random
     # choices and at every choice of one vertex with the rest random.
     vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}

@@ -244,7 +244,7 @@ def _tree(steps, first_reduced):
     return produced, consumer, step_of
 
 
-def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None):
+def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None, base_choice=None):
     """The choice ``_run(unary with banned[v] for unary[v], ..., base=steps, changed=v)``
     returns, re-eliminating only the steps ``v``'s unary reaches: the step that
     eliminates ``v`` and the steps that sum what each of them produces (a path in the
@@ -261,6 +261,9 @@ def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None):
         ``v``'s new unary.
     tree : tuple, optional
         ``_tree(steps, len(unary) + len(pairwise))``, when the caller keeps it.
+    base_choice : list of int, optional
+        The choice of the run ``steps`` came from: only the choices the re-eliminated
+        steps change, and those below them, are backtracked again.
     """
     n = len(unary)
     edges = list(pairwise.items())
@@ -301,11 +304,27 @@ def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None):
         new_scope[f] = tuple(scope)
         new_table[f] = reduced
         t = consumer.get(f)
-    choice = [0] * n
+    if base_choice is None:
+        choice = [0] * n
+        for t in range(len(order) - 1, -1, -1):
+            x, scope = order[t], steps[t][0]
+            arg = new_arg.get(t, steps[t][1])
+            choice[x] = int(arg[tuple(choice[w] for w in scope)]) if scope else int(arg)
+        return choice
+    # Backtracking from the base run's choice: a step whose argmin table and scope's
+    # choices are the base run's chooses as the base run did.
+    choice, moved = list(base_choice), set()
     for t in range(len(order) - 1, -1, -1):
         x, scope = order[t], steps[t][0]
-        arg = new_arg.get(t, steps[t][1])
-        choice[x] = int(arg[tuple(choice[w] for w in scope)]) if scope else int(arg)
+        arg = new_arg.get(t)
+        if arg is None:
+            if not moved or not moved.intersection(scope):
+                continue
+            arg = steps[t][1]
+        c = int(arg[tuple(choice[w] for w in scope)]) if scope else int(arg)
+        if c != choice[x]:
+            choice[x] = c
+            moved.add(x)
     return choice
 
 
@@ -431,7 +450,7 @@ class PaseSearch(StrategySearch):
                 continue
             ban = unary[v].copy()
             ban[choice[v]] = np.inf
-            alt = runner_up(unary, pairwise, sizes, order, steps, v, ban, tree)
+            alt = runner_up(unary, pairwise, sizes, order, steps, v, ban, tree, choice)
             if alt not in answers:
                 answers.append(alt)
         ev = StrategyEvaluator(step, cluster, cost_model)

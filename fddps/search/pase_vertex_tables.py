@@ -1,38 +1,41 @@
-"""The DP's vertex tables, costed for every configuration of a vertex at once: :func:`vertex_table`.
+"""The DP's tables as arrays: every configuration of a vertex (:func:`vertex_table`) and every
+pair of configurations of an edge (:func:`edge_table`) costed at once.
 
 A vertex's term (:mod:`~fddps.search.pase_tables`) is what its own ops cost
 under one of its configurations: every part's task (or, for batch norm split
-along its statistics, the passes over the part and its statistics tasks), and
-what each op pays to read a tensor of another op of the same vertex (the
-pieces it moves between devices, the slice, concatenation or partial-sum
-reduce it assembles them with), and the statistics each part sends to the
-parts of its channels. Expanding every op record by record for every
-configuration (:func:`~fddps.search.pase_tables.term_items`) took most of the
-search once the edge tables were vectorised (:mod:`~fddps.search.pase_edges`).
+along its statistics, the passes over the part and its statistics tasks), what
+each op pays to read a tensor of another op of the same vertex (the pieces it
+moves between devices, the slice, concatenation or partial-sum reduce it
+assembles them with), and the statistics each part sends to the parts of its
+channels. An edge's term is what the readers across the pair pay to read the
+other vertex's tensors, the same kinds of records. Expanding them record by
+record for every configuration (:func:`~fddps.search.pase_tables.term_items`)
+took most of the search.
 
-Here an op's distinct configurations over the vertex's are grouped, their
-parts' boxes (:func:`fddps.strategy.strategy.parts`' bounds) are arrays, and
-the tasks' cost-model rows (FLOPs by the part's share of the iteration
-domain, bytes from its tensors' boxes) are computed for every configuration
-and part at once; the feeds between the vertex's ops are intersected with the
-producers' pieces as the edge tables do, but on the diagonal (producer and
-reader under the same configuration of the vertex). Every row of the whole
-build goes to the cost model in one call per device type (:class:`RowSink`).
+Here each op's distinct configurations over its vertex's are grouped
+(:class:`_OpGroups`), their parts' boxes (:func:`fddps.strategy.strategy.parts`'
+bounds) are arrays, and the tasks' cost-model rows (FLOPs by the part's share
+of the iteration domain, bytes from its tensors' boxes) are computed for every
+configuration and part at once. A feed (a reader's parts against a producer's
+pieces, :class:`_Pieces`) is intersected for every part and piece at once, for
+every pair of reader and producer configurations it meets: the vertex's own
+configurations (producer and reader under the same one) or an edge's pairs.
+Every row of the whole build goes to the cost model in one call per device type
+(:class:`RowSink`).
 
 The values are the same floats as the record-by-record costing: the rows have
 the fields :func:`~fddps.strategy.expand.op_records` gives them (computed by
-the same arithmetic, in the same order), and each configuration's busiest
-device and busiest link are accumulated in the records' own order (a
-configuration without a record at some position adds zero, which is exact).
-A vertex this path does not describe (a tensor whose boxes differ in rank, a
-feed that meets no piece of its producer) returns ``None``; the caller then
-costs it record by record.
+the same arithmetic: extents multiplied as integers, or as floats below 2**53,
+where both are exact), and each configuration's busiest device and busiest
+link are accumulated in the records' own order (a configuration without a
+record at some position adds zero, which is exact). A vertex or edge this path
+does not describe (a tensor of unknown shape, axes not all described) returns
+``None``; the caller then costs it the older way.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 
 import numpy as np
@@ -122,8 +125,11 @@ class _Undescribed(Exception):
 class _OpGroups:
     """One op's distinct configurations over a vertex's, and their parts as arrays."""
 
-    def __init__(self, step, layouts, index, name, cfgs):
-        op = self.op = step.ops[name]
+    _SHARED = ("gid", "reps", "nparts", "P", "split", "lo", "hi", "dev", "valid",
+               "stats_split", "letter")
+
+    def __init__(self, step, layouts, index, name, cfgs, shared=None):
+        self.op = step.ops[name]
         self.name = name
         dims = self.dims = layouts.dims_of(name)
         key_of, reps, gid = {}, [], []
@@ -134,6 +140,22 @@ class _OpGroups:
                 g = key_of[k] = len(reps)
                 reps.append(cfg)
             gid.append(g)
+        # Ops of one domain (letters, extents, statistics) configured alike in every
+        # configuration (a layer's element-wise ops) share their arrays (read-only).
+        key = None
+        if shared is not None:
+            key = (None if dims is None else (tuple(dims.dims), tuple(
+                int(dims.extent[d]) for d in dims.dims), tuple(sorted(dims.stats))),
+                tuple(key_of), tuple(gid))
+            if key in shared:
+                for a, x in zip(self._SHARED, shared[key]):
+                    setattr(self, a, x)
+                return
+        self._build(index, dims, reps, gid)
+        if key is not None:
+            shared[key] = tuple(getattr(self, a) for a in self._SHARED)
+
+    def _build(self, index, dims, reps, gid):
         self.gid = np.asarray(gid, dtype=np.int64)
         self.reps = reps
         K = len(reps)
@@ -245,12 +267,13 @@ class Context:
         self.inv = np.asarray(cluster.inv_bandwidth, dtype=np.float64)
         self.ndev = len(cluster.devices)
         self.sink = RowSink(cluster, cost_model)
-        self._groups, self._pieces, self._reads = {}, {}, {}
+        self._groups, self._pieces, self._reads, self._shared = {}, {}, {}, {}
 
     def groups(self, n):
         if n not in self._groups:
             self._groups[n] = _OpGroups(self.step, self.layouts, self.index, n,
-                                        [c[n] for _, c in self.configs[self.vertex_of[n]]])
+                                        [c[n] for _, c in self.configs[self.vertex_of[n]]],
+                                        self._shared)
         return self._groups[n]
 
     def pieces(self, src, port):
@@ -298,7 +321,7 @@ def vertex_table(ctx, i):
 
 
 def _vertex_table(ctx, i):
-    step, sink = ctx.step, ctx.sink
+    sink = ctx.sink
     lat, inv, ndev = ctx.lat, ctx.inv, ctx.ndev
     vtx = ctx.vertices[i]
     C = len(ctx.configs[i])
