@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from costmodel import default_cost_model
 from fddps.search import pase_edges
 from fddps.search.base import SearchError
-from fddps.search.pase import PaseSearch, _run, dfs_order, eliminate, paper_order
+from fddps.search.pase import PaseSearch, _run, dfs_order, eliminate, paper_order, runner_up
 from fddps.search.pase_tables import additive_cost, build_tables, edges_between, tables_cost
 from fddps.search.pase_vertices import coarsen, factor_tuples, vertex_configs
 from fddps.strategy import OpConfig, Strategy, validate
@@ -130,6 +130,9 @@ def test_pase_equals_brute_force_and_tables_equal_the_strategy_cost(drawn, rnd):
                 banned[v][choice[v]] = np.inf
                 fresh = eliminate(banned, pairwise, order=order)
                 assert _run(banned, pairwise, sizes, order, base=steps, changed=v)[:2] == fresh
+                assert runner_up(unary, pairwise, sizes, order, steps, v, banned[v]) == fresh[1]
+                assert runner_up(unary, pairwise, sizes, order, steps, v, banned[v],
+                                 base_choice=choice) == fresh[1]
     # Tables equal the independent additive cost of whole strategies, at random
     # choices and at every choice of one vertex with the rest random.
     vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
@@ -316,19 +319,89 @@ def _small_cnn(batch=8, width=8):
 @pytest.mark.parametrize("k", [3, 4])
 def test_vectorised_edge_tables_equal_the_record_by_record_costing(mlp, k, monkeypatch):
     # Same floats, so the DP's answer cannot change: splits of every dimension (partial
-    # sums, halos, batch-norm statistics, slices and concatenations) at 3 and 4 devices.
-    from fddps.search import pase_tables
+    # sums, halos, batch-norm statistics, slices and concatenations) at 3 and 4 devices,
+    # by the arrays the vertex tables use (pase_vertex_tables.edge_table) and by the
+    # older vectorised path (pase_edges.edge_table), which the first falls back to.
+    from fddps.search import pase_tables, pase_vertex_tables
 
-    made = []
+    made, older = [], []
 
-    def edge_table(*args, **kw):
-        made.append(pase_edges.edge_table(*args, **kw))
+    def array_edge_table(*args, **kw):
+        made.append(pase_vertex_tables.edge_table(*args, **kw))
         return made[-1]
 
-    monkeypatch.setattr(pase_tables, "edge_table", edge_table)
-    for step in (mlp, _small_cnn()):
+    def edge_table(*args, **kw):
+        older.append(pase_edges.edge_table(*args, **kw))
+        return older[-1]
+
+    monkeypatch.setattr(pase_tables, "array_edge_table", array_edge_table)
+    for step in (mlp, _small_cnn(), _resnet_block()):
         devices, vertices, configs = _space(step, k)
         cluster = CM.cluster(devices)
         _assert_same_tables(build_tables(step, cluster, CM, vertices, configs),
                             build_tables(step, cluster, CM, vertices, configs, vectorised=False))
-    assert made and all(t is not None for t in made)  # no edge fell back to the records
+    assert made and all(t is not None for t in made)  # no edge fell back
+    monkeypatch.setattr(pase_tables, "array_edge_table", lambda *a, **kw: None)
+    monkeypatch.setattr(pase_tables, "edge_table", edge_table)
+    step = _small_cnn()
+    devices, vertices, configs = _space(step, k)
+    cluster = CM.cluster(devices)
+    _assert_same_tables(build_tables(step, cluster, CM, vertices, configs),
+                        build_tables(step, cluster, CM, vertices, configs, vectorised=False))
+    assert older and all(t is not None for t in older)
+
+
+def _resnet_block(batch=4, width=8):
+    """A residual block with batch norm after each convolution (statistics split by
+    sample), a strided convolution (halo), a shortcut join and a dense head."""
+    from fddps.tf.strategy_graph import step_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.random.default_rng(2).standard_normal((batch, 8, 8, width))
+                        .astype(np.float32))
+        labels = tf.one_hot(tf.constant(np.arange(batch) % 3), 3)
+
+        def bn(h, name):
+            gamma = tf.compat.v1.get_variable(f"{name}_g", [width], use_resource=True)
+            beta = tf.compat.v1.get_variable(f"{name}_b", [width], use_resource=True)
+            return tf.compat.v1.nn.fused_batch_norm(h, gamma, beta, is_training=True)[0]
+
+        w1 = tf.compat.v1.get_variable("w1", [3, 3, width, width], use_resource=True)
+        w2 = tf.compat.v1.get_variable("w2", [3, 3, width, width], use_resource=True)
+        w3 = tf.compat.v1.get_variable("w3", [4 * 4 * width, 3], use_resource=True)
+        h = tf.nn.relu(bn(tf.nn.conv2d(x, w1, 1, "SAME"), "bn1"))
+        h = tf.nn.relu(bn(tf.nn.conv2d(h, w2, 1, "SAME"), "bn2") + x)
+        h = tf.nn.max_pool2d(h, 2, 2, "VALID")
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+            labels=labels, logits=tf.matmul(tf.reshape(h, [batch, -1]), w3)), name="loss")
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+    return step_graph(g.as_graph_def(), [train.name, "loss:0"])
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_vectorised_vertex_tables_equal_the_record_by_record_costing(mlp, k, monkeypatch):
+    # Every vertex's table costed for all its configurations at once: the same floats as
+    # expanding each configuration's records (tasks at their parts' shapes, halos, batch
+    # norm's statistics passes and exchanges, partial sums, slices, concatenations), so the
+    # DP's answer cannot change; and no vertex fell back to the records.
+    from fddps.search import pase_tables, pase_vertex_tables
+
+    made = []
+
+    def vertex_table(*args, **kw):
+        made.append(pase_vertex_tables.vertex_table(*args, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(pase_tables, "vertex_table", vertex_table)
+    steps = [mlp, _small_cnn(), _resnet_block()]
+    if k == 2:
+        from experiments.pase import build_step
+
+        steps.append(build_step("alexnet", k, "cifar10", batch=4, alexnet_dataset="cifar10")[0])
+    for step in steps:
+        devices, vertices, configs = _space(step, k)
+        cluster = CM.cluster(devices)
+        _assert_same_tables(build_tables(step, cluster, CM, vertices, configs),
+                            build_tables(step, cluster, CM, vertices, configs, vectorised=False))
+    assert made and all(t is not None for t in made)

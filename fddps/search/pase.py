@@ -180,7 +180,8 @@ def eliminate(unary, pairwise, max_table=10**7, names=None, order=None, check_on
 def _run(unary, pairwise, sizes, order, base=None, changed=None):
     """The elimination itself: ``(constant, choice, steps)``.
 
-    ``steps`` records each step's ``(scope, argmin, reduced table, changed)``. Given
+    ``steps`` records each step's ``(scope, argmin, reduced table, changed, the ids of
+    the factors it summed, in order)``. Given
     the ``steps`` of a ``base`` run on the same graph and order whose tables differ
     only in vertex ``changed``'s unary, a step none of whose factors derive from that
     vertex's is taken from ``base`` (the same inputs: the same floats), so a runner-up
@@ -200,10 +201,11 @@ def _run(unary, pairwise, sizes, order, base=None, changed=None):
     trace, steps = [], []
     constant = 0.0
     for t, x in enumerate(order):
-        mine = [factors.pop(f) for f in dict.fromkeys(bucket.pop(x, ())) if f in factors]
+        fids = [f for f in dict.fromkeys(bucket.pop(x, ())) if f in factors]
+        mine = [factors.pop(f) for f in fids]
         dirty = any(d for _, _, d in mine)
         if base is not None and not dirty:
-            scope, arg, reduced, _ = base[t]
+            scope, arg, reduced = base[t][:3]
         else:
             scope = sorted({v for s, _, _ in mine for v in s} - {x})
             axes = scope + [x]
@@ -212,7 +214,7 @@ def _run(unary, pairwise, sizes, order, base=None, changed=None):
                 total = total + broadcast(table, s, axes, sizes)
             arg = np.argmin(total, axis=-1)
             reduced = np.min(total, axis=-1)
-        steps.append((scope, arg, reduced, dirty))
+        steps.append((scope, arg, reduced, dirty, fids))
         trace.append((x, scope, arg))
         if scope:
             factors[next_id] = (tuple(scope), reduced, dirty)
@@ -225,6 +227,105 @@ def _run(unary, pairwise, sizes, order, base=None, changed=None):
     for x, scope, arg in reversed(trace):
         choice[x] = int(arg[tuple(choice[v] for v in scope)]) if scope else int(arg)
     return constant, choice, steps
+
+
+def _tree(steps, first_reduced):
+    """``(produced, consumer, step_of)`` of a run's steps: the factor id each step makes,
+    the step that sums each factor, the step that made each reduced factor."""
+    produced, consumer, step_of = {}, {}, {}
+    next_id = first_reduced
+    for t, step in enumerate(steps):
+        for f in step[4]:
+            consumer[f] = t
+        if step[0]:
+            produced[t] = next_id
+            step_of[next_id] = t
+            next_id += 1
+    return produced, consumer, step_of
+
+
+def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None, base_choice=None):
+    """The choice ``_run(unary with banned[v] for unary[v], ..., base=steps, changed=v)``
+    returns, re-eliminating only the steps ``v``'s unary reaches: the step that
+    eliminates ``v`` and the steps that sum what each of them produces (a path in the
+    elimination tree; ``_run`` walks every step to find them), up to the first whose
+    reduced table comes out unchanged (every later step then sums what it summed
+    before). The same factors are summed in the same order, so the same floats and
+    the same argmins.
+
+    Parameters
+    ----------
+    steps : list
+        ``_run(unary, pairwise, sizes, order)[2]``.
+    banned : numpy.ndarray
+        ``v``'s new unary.
+    tree : tuple, optional
+        ``_tree(steps, len(unary) + len(pairwise))``, when the caller keeps it.
+    base_choice : list of int, optional
+        The choice of the run ``steps`` came from: only the choices the re-eliminated
+        steps change, and those below them, are backtracked again.
+    """
+    n = len(unary)
+    edges = list(pairwise.items())
+    first_reduced = n + len(edges)
+    produced, consumer, step_of = tree or _tree(steps, first_reduced)
+
+    def factor(f):
+        if f < n:
+            return (f,), np.asarray(unary[f], dtype=np.float64)
+        if f < first_reduced:
+            (a, b), table = edges[f - n]
+            return (a, b), np.asarray(table, dtype=np.float64)
+        t = step_of[f]
+        return tuple(steps[t][0]), steps[t][2]
+
+    new_table, new_scope, new_arg = {}, {}, {}
+    t = consumer.get(v)
+    while t is not None:
+        x = order[t]
+        scope = steps[t][0]
+        axes = scope + [x]
+        total = np.zeros([sizes[w] for w in axes])
+        for f in steps[t][4]:
+            if f == v:
+                s, table = (v,), np.asarray(banned, dtype=np.float64)
+            elif f in new_table:
+                s, table = new_scope[f], new_table[f]
+            else:
+                s, table = factor(f)
+            total = total + broadcast(table, s, axes, sizes)
+        new_arg[t] = np.argmin(total, axis=-1)
+        if not scope:
+            break
+        f = produced[t]
+        reduced = np.min(total, axis=-1)
+        if np.array_equal(reduced, steps[t][2]):
+            break  # what it passes on is unchanged: so is every later step
+        new_scope[f] = tuple(scope)
+        new_table[f] = reduced
+        t = consumer.get(f)
+    if base_choice is None:
+        choice = [0] * n
+        for t in range(len(order) - 1, -1, -1):
+            x, scope = order[t], steps[t][0]
+            arg = new_arg.get(t, steps[t][1])
+            choice[x] = int(arg[tuple(choice[w] for w in scope)]) if scope else int(arg)
+        return choice
+    # Backtracking from the base run's choice: a step whose argmin table and scope's
+    # choices are the base run's chooses as the base run did.
+    choice, moved = list(base_choice), set()
+    for t in range(len(order) - 1, -1, -1):
+        x, scope = order[t], steps[t][0]
+        arg = new_arg.get(t)
+        if arg is None:
+            if not moved or not moved.intersection(scope):
+                continue
+            arg = steps[t][1]
+        c = int(arg[tuple(choice[w] for w in scope)]) if scope else int(arg)
+        if c != choice[x]:
+            choice[x] = c
+            moved.add(x)
+    return choice
 
 
 @register_search
@@ -311,6 +412,7 @@ class PaseSearch(StrategySearch):
                 f"max_table={self.max_table}; largest table by order: {others})")
         info = dict(order=chosen, largest_table={k: int(p[0]) for k, p in plans.items()},
                     table_entries={k: int(p[3]) for k, p in plans.items()})
+        self.dims_of = dims_of  # resolved once: the tables reuse it
         return vertices, configs, candidates[chosen], info
 
     def costs(self, step, cluster, cost_model):
@@ -319,7 +421,7 @@ class PaseSearch(StrategySearch):
         vertices, configs, _, _ = self.space(step, cluster, t0)
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
                                        check=lambda what: self._check_time(t0, what),
-                                       scalar_edges=self.scalar_edges)
+                                       scalar_edges=self.scalar_edges, dims_of=self.dims_of)
         return vertices, configs, unary, pairwise
 
     def fit(self, step, cluster, cost_model) -> SearchResult:
@@ -329,7 +431,7 @@ class PaseSearch(StrategySearch):
         t_space = time.perf_counter() - t0
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
                                        check=lambda what: self._check_time(t0, what),
-                                       scalar_edges=self.scalar_edges)
+                                       scalar_edges=self.scalar_edges, dims_of=self.dims_of)
         t_costs = time.perf_counter() - t0 - t_space
         names = self.names
         t1 = time.perf_counter()
@@ -339,16 +441,16 @@ class PaseSearch(StrategySearch):
         t_dp = time.perf_counter() - t1
         # Runners-up: the optimum with one of its costliest split choices forbidden.
         answers = [choice]
+        tree = _tree(steps, len(unary) + len(pairwise))
         ranked = sorted(range(len(vertices)), key=lambda v: -unary[v][choice[v]])
         for v in ranked:
             if len(answers) > self.retime:
                 break
             if len(configs[v]) < 2:
                 continue
-            banned = list(unary)
-            banned[v] = unary[v].copy()
-            banned[v][choice[v]] = np.inf
-            _, alt, _ = _run(banned, pairwise, sizes, order, base=steps, changed=v)
+            ban = unary[v].copy()
+            ban[choice[v]] = np.inf
+            alt = runner_up(unary, pairwise, sizes, order, steps, v, ban, tree, choice)
             if alt not in answers:
                 answers.append(alt)
         ev = StrategyEvaluator(step, cluster, cost_model)
@@ -391,4 +493,4 @@ class PaseSearch(StrategySearch):
                             time.perf_counter() - t0, info)
 
 
-__all__ = ["PaseSearch", "dfs_order", "eliminate", "paper_order", "plan"]
+__all__ = ["PaseSearch", "dfs_order", "eliminate", "paper_order", "plan", "runner_up"]

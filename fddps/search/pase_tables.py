@@ -23,10 +23,13 @@ the price of additivity.
 :func:`build_tables` fills ``unary[v][c]`` and ``pairwise[u, v][c_u, c_v]``
 with these terms; :func:`additive_cost` computes the same sum for one given
 strategy from its whole expansion at once (the independent check:
-``tests/test_pase.py``). Costing is batched: every row of the vertex tables
-goes through one cost-model call per device type; each edge's table is costed
-for all pairs of configurations at once (:mod:`~fddps.search.pase_edges`: the
-same floats as costing each pair's records).
+``tests/test_pase.py``). Costing is vectorised: each vertex's table is costed
+for all its configurations at once, its rows in one cost-model call per device
+type for the whole build (:mod:`~fddps.search.pase_vertex_tables`), and each
+edge's table for all pairs of configurations at once
+(:mod:`~fddps.search.pase_edges`); both give the same floats as costing each
+configuration's (pair's) records, which ``build_tables(vectorised=False)`` still
+does (the reference the tests compare them with).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ import pandas as pd
 from ..strategy.expand import op_layout, op_records, part_of_task
 from ..strategy.ops import NotDescribed, resolve
 from .pase_edges import RowCosts, edge_table
+from .pase_vertex_tables import Context, vertex_table
+from .pase_vertex_tables import edge_table as array_edge_table
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
                 "profile_name", "kernel_shape"]
@@ -49,9 +54,9 @@ _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "para
 class _Layouts:
     """op_layout per (op, configuration), cached; task -> device of every layout seen."""
 
-    def __init__(self, step):
+    def __init__(self, step, dims=None):
         self.step = step
-        self.dims = {}
+        self.dims = dict(dims or {})
         self.cache = {}
         self.device = {}
 
@@ -237,7 +242,7 @@ def edges_between(step, vertex_of, scalar_edges=False) -> dict:
 
 
 def build_tables(step, cluster, cost_model, vertices, configs, check=None, scalar_edges=False,
-                 vectorised=True):
+                 vectorised=True, dims_of=None):
     """``(unary, pairwise)`` of the additive cost (module notes).
 
     Parameters
@@ -250,9 +255,13 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
     scalar_edges : bool
         As :func:`edges_between`'s.
     vectorised : bool
-        Cost each edge's table for all pairs of configurations at once
-        (:func:`~fddps.search.pase_edges.edge_table`: the same values); False costs
-        every pair record by record (the reference the tests compare it with).
+        Cost each vertex's table for all its configurations at once
+        (:func:`~fddps.search.pase_vertex_tables.vertex_table`) and each edge's for all
+        pairs of configurations at once (:func:`~fddps.search.pase_edges.edge_table`):
+        the same values; False costs every configuration and pair record by record
+        (the reference the tests compare it with).
+    dims_of : dict of op -> resolved description or None, optional
+        :func:`~fddps.strategy.ops.resolve` of the ops, where the caller has it.
 
     Returns
     -------
@@ -260,10 +269,19 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
     pairwise : dict of (u, v) -> numpy.ndarray, ``u < v``, indexed ``[c_u, c_v]``
     """
     vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
-    layouts = _Layouts(step)
+    layouts = _Layouts(step, dims_of)
     batch = _Batch(cluster)
+    ctx = Context(step, cluster, cost_model, layouts, configs, vertex_of, vertices) \
+        if vectorised else None
     unary_terms = []
     for i, vtx in enumerate(vertices):
+        if vectorised:
+            value = vertex_table(ctx, i)
+            if value is not None:
+                unary_terms.append(value)
+                if check:
+                    check(f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
+                continue
         keep = {frozenset((i,))}
         row = []
         # An op's records in its vertex's term depend on its own configuration and those
@@ -304,8 +322,10 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         ku = _distinct(configs[u], touch_u)
         kv = _distinct(configs[v], touch_v)
         if vectorised:
-            table = edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku,
-                               kv, row_costs)
+            table = array_edge_table(ctx, u, v, readers, ku, kv)
+            if table is None:  # not described by the arrays: the older vectorised path
+                table = edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers,
+                                   ku, kv, row_costs)
             if table is not None:
                 pair_tables[u, v] = table
                 if check:
@@ -346,8 +366,13 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         if check:
             check(f"edge {e + 1} of {len(edges)} between vertices")
     values = batch.values(cost_model)
-    unary = [values[np.asarray(r, dtype=np.int64)] for r in unary_terms]
-    pairwise = {k: pair_tables[k] if k in pair_tables else values[pair_terms[k]] for k in edges}
+    costs = ctx.sink.costs() if ctx is not None else None
+    unary = [r(costs) if callable(r) else values[np.asarray(r, dtype=np.int64)]
+             for r in unary_terms]
+    pairwise = {}
+    for k in edges:
+        t = pair_tables[k] if k in pair_tables else values[pair_terms[k]]
+        pairwise[k] = t(costs) if callable(t) else t
     return unary, pairwise
 
 

@@ -33,6 +33,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,15 +115,38 @@ class Part:
 
 
 def _bounds(extent: int, factor: int):
-    edges = np.cumsum([0] + [len(a) for a in np.array_split(np.arange(extent), factor)])
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+    return list(_cached_bounds(int(extent), int(factor)))
+
+
+@functools.lru_cache(maxsize=65536)
+def _cached_bounds(extent: int, factor: int) -> tuple:
+    """``(start, stop)`` of each of ``factor`` parts of ``range(extent)``, as
+    ``numpy.array_split`` cuts it (the first ``extent % factor`` parts one longer)."""
+    base, extra = divmod(extent, factor)
+    out, start = [], 0
+    for j in range(factor):
+        stop = start + base + (1 if j < extra else 0)
+        out.append((start, stop))
+        start = stop
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=65536)
+def _part_boxes(extents: tuple, factors: tuple) -> tuple:
+    """Per part (the last dimension fastest), its ``(start, stop)`` per dimension.
+
+    Pure (ints in, a tuple of tuples out): :func:`parts` is called for every op and
+    configuration the searches and the expansion look at, most of them many times.
+    """
+    return tuple(itertools.product(*[_cached_bounds(e, f) for e, f in zip(extents, factors)]))
 
 
 def parts(op, config: OpConfig, dims=None) -> list:
     """The parts of ``op`` under ``config`` (uneven parts as ``numpy.array_split``).
 
     A whole op (no split) has one part whose box is its whole domain (empty
-    when the op has no description).
+    when the op has no description). Each call returns new :class:`Part` objects
+    (their boxes are fresh dicts); the boxes' bounds are cached by extents and factors.
     """
     if dims is None:
         try:
@@ -131,9 +155,11 @@ def parts(op, config: OpConfig, dims=None) -> list:
             if config.num_parts > 1:
                 raise
             return [Part(0, config.devices[0], {})]
-    ranges = [_bounds(dims.extent[d], config.split.get(d, 1)) for d in dims.dims]
-    return [Part(j, config.devices[j], dict(zip(dims.dims, combo)))
-            for j, combo in enumerate(itertools.product(*ranges))]
+    letters = dims.dims
+    boxes = _part_boxes(tuple(int(dims.extent[d]) for d in letters),
+                        tuple(int(config.split.get(d, 1)) for d in letters))
+    devices = config.devices
+    return [Part(j, devices[j], dict(zip(letters, combo))) for j, combo in enumerate(boxes)]
 
 
 def validate(strategy: Strategy, step, devices: Sequence[str]) -> None:

@@ -1,0 +1,682 @@
+"""The DP's tables as arrays: every configuration of a vertex (:func:`vertex_table`) and every
+pair of configurations of an edge (:func:`edge_table`) costed at once.
+
+A vertex's term (:mod:`~fddps.search.pase_tables`) is what its own ops cost
+under one of its configurations: every part's task (or, for batch norm split
+along its statistics, the passes over the part and its statistics tasks), what
+each op pays to read a tensor of another op of the same vertex (the pieces it
+moves between devices, the slice, concatenation or partial-sum reduce it
+assembles them with), and the statistics each part sends to the parts of its
+channels. An edge's term is what the readers across the pair pay to read the
+other vertex's tensors, the same kinds of records. Expanding them record by
+record for every configuration (:func:`~fddps.search.pase_tables.term_items`)
+took most of the search.
+
+Here each op's distinct configurations over its vertex's are grouped
+(:class:`_OpGroups`), their parts' boxes (:func:`fddps.strategy.strategy.parts`'
+bounds) are arrays, and the tasks' cost-model rows (FLOPs by the part's share
+of the iteration domain, bytes from its tensors' boxes) are computed for every
+configuration and part at once. A feed (a reader's parts against a producer's
+pieces, :class:`_Pieces`) is intersected for every part and piece at once, for
+every pair of reader and producer configurations it meets: the vertex's own
+configurations (producer and reader under the same one) or an edge's pairs.
+Every row of the whole build goes to the cost model in one call per device type
+(:class:`RowSink`).
+
+The values are the same floats as the record-by-record costing: the rows have
+the fields :func:`~fddps.strategy.expand.op_records` gives them (computed by
+the same arithmetic: extents multiplied as integers, or as floats below 2**53,
+where both are exact), and each configuration's busiest device and busiest
+link are accumulated in the records' own order (a configuration without a
+record at some position adds zero, which is exact). A vertex or edge this path
+does not describe (a tensor of unknown shape, axes not all described) returns
+``None``; the caller then costs it the older way.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from ..strategy.expand import SHAPE_ONLY_OPS, SYNC_BATCH_NORM
+from ..strategy.ops import SLICE_VIEW_ALIGNMENT, HaloAxis
+from ..strategy.strategy import _part_boxes
+
+_ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
+                "profile_name"]
+
+
+class RowSink:
+    """Cost-model rows of a whole build, costed together: blocks of rows given as arrays
+    (a vertex's tasks), and single rows given as dicts (slices, concatenations, reduces:
+    kept once per distinct fields).
+
+    :meth:`costs` calls the cost model once per device type for every row added since
+    the last call; ids stay valid across calls.
+    """
+
+    def __init__(self, cluster, cost_model):
+        devices = cluster.devices
+        self.types = list(dict.fromkeys(d.type for d in devices))
+        self.type_of = np.array([self.types.index(d.type) for d in devices])
+        self.cost_model = cost_model
+        self.columns = {c: [] for c in _ROW_COLUMNS}
+        self.n = 0
+        self.single = {}
+        self.costed = np.zeros((0, len(devices)))
+
+    def add_block(self, name, op_type, flops, input_bytes, output_bytes, param_bytes,
+                  profile_name) -> int:
+        """Append rows (arrays of equal length, or scalars repeated); the first one's id."""
+        m = len(flops)
+        base = self.n
+        for c, x in zip(_ROW_COLUMNS, (name, op_type, flops, input_bytes, output_bytes,
+                                       param_bytes, profile_name)):
+            if np.ndim(x) == 0:
+                x = np.full(m, x, dtype=object if isinstance(x, str) or x is None else np.float64)
+            self.columns[c].append(np.asarray(x))
+        self.n += m
+        return base
+
+    def add_row(self, spec) -> int:
+        """A dict row's id (one per distinct fields)."""
+        key = tuple(spec.get(c) for c in _ROW_COLUMNS)
+        got = self.single.get(key)
+        if got is None:
+            got = self.single[key] = self.add_block(*[np.array([v], dtype=object) if
+                                                      isinstance(v, str) or v is None else
+                                                      np.array([v], dtype=np.float64)
+                                                      for v in key])
+        return got
+
+    def costs(self) -> np.ndarray:
+        """``(rows, devices)``: each row's seconds on each device of the cluster."""
+        done = len(self.costed)
+        if self.n > done:
+            table = pd.DataFrame({c: (np.concatenate(self.columns[c]) if self.columns[c] else [])
+                                  for c in _ROW_COLUMNS})
+            table = table.iloc[done:].reset_index(drop=True) if done else table
+            with warnings.catch_warnings():
+                from costmodel import ProfileCoverageWarning
+
+                warnings.simplefilter("ignore", ProfileCoverageWarning)
+                cost = np.column_stack([np.asarray(self.cost_model.op_times(table, t),
+                                                   dtype=np.float64) for t in self.types])
+            self.costed = np.concatenate([self.costed, cost[:, self.type_of]])
+        return self.costed
+
+
+@functools.lru_cache(maxsize=8192)
+def _boxes_array(extents: tuple, factors: tuple) -> np.ndarray:
+    """``(parts, dims, 2)`` of :func:`~fddps.strategy.strategy._part_boxes` (read-only)."""
+    out = np.asarray(_part_boxes(extents, factors), dtype=np.int64).reshape(
+        -1, len(extents), 2)
+    out.setflags(write=False)
+    return out
+
+
+class _Undescribed(Exception):
+    """A record this module does not describe (the vertex is costed record by record)."""
+
+
+class _OpGroups:
+    """One op's distinct configurations over a vertex's, and their parts as arrays."""
+
+    _SHARED = ("gid", "reps", "nparts", "P", "split", "lo", "hi", "dev", "valid",
+               "stats_split", "letter")
+
+    def __init__(self, step, layouts, index, name, cfgs, shared=None):
+        self.op = step.ops[name]
+        self.name = name
+        dims = self.dims = layouts.dims_of(name)
+        key_of, reps, gid = {}, [], []
+        for cfg in cfgs:
+            k = (tuple(sorted(cfg.split.items())), cfg.devices)
+            g = key_of.get(k)
+            if g is None:
+                g = key_of[k] = len(reps)
+                reps.append(cfg)
+            gid.append(g)
+        # Ops of one domain (letters, extents, statistics) configured alike in every
+        # configuration (a layer's element-wise ops) share their arrays (read-only).
+        key = None
+        if shared is not None:
+            key = (None if dims is None else (tuple(dims.dims), tuple(
+                int(dims.extent[d]) for d in dims.dims), tuple(sorted(dims.stats))),
+                tuple(key_of), tuple(gid))
+            if key in shared:
+                for a, x in zip(self._SHARED, shared[key]):
+                    setattr(self, a, x)
+                return
+        self._build(index, dims, reps, gid)
+        if key is not None:
+            shared[key] = tuple(getattr(self, a) for a in self._SHARED)
+
+    def _build(self, index, dims, reps, gid):
+        self.gid = np.asarray(gid, dtype=np.int64)
+        self.reps = reps
+        K = len(reps)
+        nparts = [c.num_parts for c in reps]
+        self.nparts = np.asarray(nparts)
+        P = self.P = max(nparts)
+        self.split = self.nparts > 1
+        letters = dims.dims if dims is not None else ()
+        D = len(letters)
+        # Part boxes of the iteration domain (split configurations) and devices.
+        self.lo = np.zeros((K, P, D), dtype=np.int64)
+        self.hi = np.ones((K, P, D), dtype=np.int64)
+        self.dev = np.zeros((K, P), dtype=np.int64)
+        self.valid = np.arange(P)[None, :] < self.nparts[:, None]
+        stats = dims.stats if dims is not None else frozenset()
+        self.stats_split = np.zeros(K, dtype=bool)
+        for g, cfg in enumerate(reps):
+            self.dev[g, :len(cfg.devices)] = [index[d] for d in cfg.devices]
+            if nparts[g] > 1:
+                b = _boxes_array(tuple(int(dims.extent[d]) for d in letters),
+                                 tuple(int(cfg.split.get(d, 1)) for d in letters))
+                self.lo[g, :len(b)] = b[:, :, 0]
+                self.hi[g, :len(b)] = b[:, :, 1]
+                self.stats_split[g] = any(cfg.split.get(d, 1) > 1 for d in stats)
+        self.letter = {d: i for i, d in enumerate(letters)}
+
+    def tensor_box(self, spec, shape):
+        """``(lo, hi)`` of shape ``(K, P, rank)``: the box of a tensor with axes ``spec``
+        that each part reads or writes (:func:`~fddps.strategy.expand._tensor_box`);
+        whole configurations read it whole (``(0, s or 1)``, as ``op_records``)."""
+        shape = tuple(shape or ())
+        if any(s is None for s in shape):
+            raise _Undescribed(f"{self.name}: a tensor of unknown shape {shape}")
+        K, P = self.valid.shape
+        r = len(shape)
+        lo = np.zeros((K, P, r), dtype=np.int64)
+        hi = np.empty((K, P, r), dtype=np.int64)
+        axes = spec if isinstance(spec, tuple) and not (spec and spec[0] == "shape") else None
+        for a, s in enumerate(shape):
+            # Split configurations: _tensor_box's (0, s) for an axis no letter indexes
+            # (zip stops at the shorter of axes and shape).
+            d = axes[a] if axes is not None and a < len(axes) else None
+            if axes is not None and a >= len(axes):
+                lo, hi = lo[:, :, :a], hi[:, :, :a]
+                break
+            if d is None:
+                hi[:, :, a] = s
+            elif isinstance(d, HaloAxis):
+                # The rows each distinct range of the dimension reads (the parts' only).
+                i = self.letter[d.dim]
+                real = self.valid & self.split[:, None]
+                pairs = np.stack([self.lo[:, :, i][real], self.hi[:, :, i][real]], axis=-1)
+                uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+                rows = np.array([d.rows(int(x), int(y)) for x, y in uniq.tolist()],
+                                dtype=np.int64).reshape(-1, 2)
+                got = rows[np.asarray(inverse).reshape(-1)]
+                lo[:, :, a], hi[:, :, a] = 0, 1
+                lo[:, :, a][real], hi[:, :, a][real] = got[:, 0], got[:, 1]
+            else:
+                i = self.letter[d]
+                lo[:, :, a], hi[:, :, a] = self.lo[:, :, i], self.hi[:, :, i]
+        whole = ~self.split
+        if whole.any():
+            lo[whole] = 0
+            hi[whole] = [s or 1 for s in shape][:lo.shape[2]]
+        return lo, hi
+
+
+def _box_bytes(lo, hi, itemsize):
+    """``float(prod(extents)) * itemsize`` per box (``_box_bytes`` of expand)."""
+    return np.prod(hi - lo, axis=-1).astype(np.float64) * itemsize
+
+
+def _passes(sink, mask, names, steps, elements, size):
+    """Rows of a chain of passes (:data:`~fddps.strategy.expand.SYNC_BATCH_NORM`) of the
+    parts in ``mask`` (``(K, P)``): per step, an id array ``(K, P)`` (-1 outside ``mask``)."""
+    out = []
+    m = int(mask.sum())
+    for (kind, reads, writes), name in zip(steps, names):
+        ids = np.full(mask.shape, -1, dtype=np.int64)
+        base = sink.add_block(np.broadcast_to(name, mask.shape)[mask], kind,
+                              (elements * reads)[mask], (size * reads)[mask],
+                              (size * writes)[mask], 0.0, None)
+        ids[mask] = base + np.arange(m)
+        out.append(ids)
+    return out
+
+
+class Context:
+    """What the tables of one build share: each op's configurations over its vertex's
+    (:class:`_OpGroups`), each tensor's pieces (:class:`_Pieces`), each op's reads, and
+    the rows (:class:`RowSink`).
+
+    Parameters
+    ----------
+    step, cluster, cost_model
+    layouts : pase_tables._Layouts
+    configs : list of list of (label, {op: OpConfig})
+    vertex_of : dict of op -> vertex
+    vertices : list of list of str
+    """
+
+    def __init__(self, step, cluster, cost_model, layouts, configs, vertex_of, vertices):
+        self.step, self.cluster, self.layouts = step, cluster, layouts
+        self.vertices = vertices
+        self.configs, self.vertex_of = configs, vertex_of
+        self.index = cluster.index
+        self.lat = np.asarray(cluster.latency, dtype=np.float64)
+        self.inv = np.asarray(cluster.inv_bandwidth, dtype=np.float64)
+        self.ndev = len(cluster.devices)
+        self.sink = RowSink(cluster, cost_model)
+        self._groups, self._pieces, self._reads, self._shared = {}, {}, {}, {}
+
+    def groups(self, n):
+        if n not in self._groups:
+            self._groups[n] = _OpGroups(self.step, self.layouts, self.index, n,
+                                        [c[n] for _, c in self.configs[self.vertex_of[n]]],
+                                        self._shared)
+        return self._groups[n]
+
+    def pieces(self, src, port):
+        if (src, port) not in self._pieces:
+            self._pieces[src, port] = _Pieces(self.groups(src), port, self.ndev)
+        return self._pieces[src, port]
+
+    def reads(self, n):
+        """``(ins, outs, consumer)``: the boxes of the tensors each part of ``n`` reads and
+        writes (``(lo, hi)`` of shape ``(K, P, rank)``), and the task each of its feeds is
+        recorded against (the part, or its first statistics task)."""
+        if n not in self._reads:
+            og = self.groups(n)
+            op, dims, split = og.op, og.dims, og.split
+            if split.any():
+                ins = [og.tensor_box(m, s) for m, s in zip(dims.inputs, op.input_shapes)]
+                outs = [og.tensor_box(m, s) for m, s in zip(dims.outputs, op.output_shapes)]
+            else:
+                ins = [og.tensor_box(None, s) for s in op.input_shapes]
+                outs = []
+            if split.any() and len(ins) < len(op.inputs) or any(
+                    ins[k][0].shape[2] != len(tuple(op.input_shapes[k] or ()))
+                    for k in range(min(len(ins), len(op.inputs)))):
+                raise _Undescribed(f"{n}: a tensor's axes not all described")
+            P = og.P
+            part_names = np.array([f"{n}/fddps_part_{j}" for j in range(P)], dtype=object)
+            consumer = np.where(split[:, None], part_names[None, :], n)
+            if og.stats_split.any():
+                last = "/pass_0" if op.op_type in SYNC_BATCH_NORM else ""
+                first = np.array([f"{t}/stats{last}" for t in part_names], dtype=object)
+                consumer = np.where(og.stats_split[:, None], first[None, :], consumer)
+            self._reads[n] = (ins, outs, consumer)
+        return self._reads[n]
+
+
+def vertex_table(ctx, i):
+    """The terms of vertex ``i`` for each of its configurations, to be valued once
+    ``ctx.sink`` has costed its rows: a callable ``value(costs) -> numpy.ndarray`` (one
+    entry per configuration), or ``None`` when a record is of a kind not described here.
+    """
+    try:
+        return _vertex_table(ctx, i)
+    except _Undescribed:
+        return None
+
+
+def _vertex_table(ctx, i):
+    sink = ctx.sink
+    lat, inv, ndev = ctx.lat, ctx.inv, ctx.ndev
+    vtx = ctx.vertices[i]
+    C = len(ctx.configs[i])
+    everyone = np.arange(C)
+    inside = set(vtx)
+    load = np.zeros((C, ndev, ndev))
+    steps = []  # (row id per configuration, -1: none; device per configuration), in order
+    groups_of, pieces_of = ctx.groups, ctx.pieces
+
+    for n in vtx:
+        og = groups_of(n)
+        op, dims = og.op, og.dims
+        K, P = og.valid.shape
+        gid = og.gid
+        split = og.split
+        shape_only = op.op_type in SHAPE_ONLY_OPS
+        ins, outs, consumer = ctx.reads(n)  # the boxes each part reads and writes
+        # The parts' own tasks.
+        part_names = np.array([f"{n}/fddps_part_{j}" for j in range(P)], dtype=object)
+        names = np.where(split[:, None], part_names[None, :], n)
+        sync = SYNC_BATCH_NORM.get(op.op_type)
+        stats_split = og.stats_split
+        plain = split & ~(stats_split & (sync is not None and sync["part"] is not None))
+        task_ids = np.full((K, P), -1, dtype=np.int64)
+        if (plain | ~split).any():
+            extent = [dims.extent[d] for d in dims.dims] if dims is not None else []
+            share = None
+            for i, e in enumerate(extent):
+                x = (og.hi[:, :, i] - og.lo[:, :, i]) / e
+                share = x if share is None else share * x
+            if share is None:
+                share = np.ones((K, P))
+            inb = np.zeros((K, P))
+            for (lo, hi), item in zip(ins, op.input_itemsizes):
+                inb = inb + _box_bytes(lo, hi, item)
+            outb = np.zeros((K, P))
+            for (lo, hi), item in zip(outs, op.output_itemsizes):
+                outb = outb + _box_bytes(lo, hi, item)
+            flops = np.where(split[:, None], op.flops * share, op.flops)
+            param = np.where(split[:, None], op.param_bytes * share, op.param_bytes)
+            inb = np.where(split[:, None], inb, op.input_bytes)
+            outb = np.where(split[:, None], outb, op.output_bytes)
+            keep = (plain | ~split)[:, None] & og.valid
+            base = sink.add_block(names[keep], op.op_type, flops[keep], inb[keep], outb[keep],
+                                  param[keep], n)
+            task_ids[keep] = base + np.arange(int(keep.sum()))
+        part_rows = [task_ids]
+        stats_rows = []
+        if stats_split.any():
+            lo0, hi0 = ins[0]
+            elements = _box_bytes(lo0, hi0, 1)
+            size = elements * op.input_itemsizes[0]
+            mask = stats_split[:, None] & og.valid
+            if sync is not None and sync["part"] is not None:
+                chain = sync["part"]
+                pass_names = [np.array([f"{t}/pass_{k}" for t in part_names], dtype=object)
+                              for k in range(len(chain) - 1)] + [part_names]
+                ids = _passes(sink, mask, [pn[None, :] for pn in pass_names], chain,
+                              elements, size)
+                # A configuration's part rows in order: the task itself, or the passes.
+                part_rows = [np.where(mask, ids[0], task_ids)] + ids[1:]
+            stat_names = np.array([f"{t}/stats" for t in part_names], dtype=object)
+            if sync is not None:
+                chain = sync["stats"]
+                pass_names = [np.array([f"{t}/pass_{k}" for t in stat_names], dtype=object)
+                              for k in range(len(chain) - 1)] + [stat_names]
+                stats_rows = _passes(sink, mask, [pn[None, :] for pn in pass_names], chain,
+                                     elements, size)
+            else:
+                stats_rows = [np.full((K, P), -1, dtype=np.int64)]
+                base = sink.add_block(np.broadcast_to(stat_names[None, :], (K, P))[mask], "Sum",
+                                      (2 * elements)[mask], size[mask], 0.0, 0.0, None)
+                stats_rows[0][mask] = base + np.arange(int(mask.sum()))
+        # Per part, in op_records' order: its task(s), its statistics, then its feeds
+        # (from the vertex's own ops: every part and piece of one input at once).
+        feed_rows, links = [], []
+        for k, (src, port) in enumerate(op.inputs):
+            if shape_only or src not in inside or k >= len(ins):
+                continue
+            rows, link = _feed(pieces_of(src, port), ins[k], og, consumer, lat, inv, sink,
+                               f"{src}/fddps_reduce_{port}")
+            feed_rows.append(rows)
+            links.append(link)
+        _add_links(load, links)
+        valid = og.valid
+        for j in range(P):
+            vj = valid[gid, j]
+            devj = og.dev[gid, j]
+            for ids in part_rows + stats_rows:
+                r = ids[gid, j]
+                if (r >= 0).any():
+                    steps.append((np.where(vj, r, -1), devj))
+            for rows in feed_rows:
+                if (rows[:, j] >= 0).any():
+                    steps.append((rows[:, j], devj))
+        if stats_split.any():
+            _stats_links(og, gid, dims, load, lat, inv, everyone)
+
+    return _valuer(steps, load)
+
+
+def _add_links(load, links):
+    """Add a reader's transfers to ``load`` in record order (part, then input, then piece),
+    so that each link's seconds add up as the records' do."""
+    links = [x for x in links if x is not None]
+    if not links:
+        return
+    Q = max(x[2].shape[2] for x in links)
+    # (items, parts, inputs, pieces): C order is record order within each item.
+    src, dst, secs = [np.stack([np.pad(x[f], ((0, 0), (0, 0), (0, Q - x[f].shape[2])))
+                                for x in links], axis=2) for f in range(3)]
+    keep = secs > 0
+    item = np.broadcast_to(np.arange(len(secs))[:, None, None, None], secs.shape)
+    np.add.at(load, (item[keep], src[keep], dst[keep]), secs[keep])
+
+
+def _valuer(steps, load):
+    """``value(costs)``: per configuration (pair), its busiest device's seconds (``steps``'
+    rows summed in order) plus its busiest link's (``load``)."""
+    C, ndev = load.shape[0], load.shape[1]
+
+    def value(costs):
+        # accumulate is sequential; a step on another device or with no row adds an exact 0.
+        busy = np.zeros((C, ndev))
+        if steps:
+            rows = np.stack([r for r, _ in steps])
+            dev = np.stack([d for _, d in steps])
+            sec = np.where(rows >= 0, costs[np.maximum(rows, 0), dev], 0.0)
+            for d in np.unique(dev).tolist():
+                busy[:, d] = np.add.accumulate(np.where(dev == d, sec, 0.0), axis=0)[-1]
+        return busy.max(axis=1) + load.reshape(C, -1).max(axis=1)
+
+    return value
+
+
+class _Pieces:
+    """A producer's output ``port`` per its distinct configuration over the vertex's: the
+    pieces a reader may read (``op_layout``'s entries, one per distinct box unless they
+    hold partial sums), as arrays ``(K, P, ...)`` indexed by the producer's parts."""
+
+    def __init__(self, og, port, ndev):
+        op, dims = og.op, og.dims
+        shape = op.output_shapes[port] if port < len(op.output_shapes) else None
+        spec = dims.outputs[port] if dims is not None and port < len(dims.outputs) else None
+        self.lo, self.hi = og.tensor_box(spec, shape)
+        if self.lo.shape[2] != len(tuple(shape or ())):
+            raise _Undescribed(f"{og.name}: output {port}'s axes not all described")
+        self.itemsize = op.output_itemsizes[port] if port < len(op.output_itemsizes) else 0
+        K, P = og.valid.shape
+        red = dims.reduction if dims is not None else frozenset()
+        self.partial = np.array([c.num_parts > 1 and any(c.split.get(d, 1) > 1 for d in red)
+                                 for c in og.reps], dtype=bool)
+        # Parts holding one box hold the same values: the first of them is the piece, held
+        # wherever any of them is.
+        same = np.all((self.lo[:, :, None, :] == self.lo[:, None, :, :]) &
+                      (self.hi[:, :, None, :] == self.hi[:, None, :, :]), axis=-1)
+        same &= og.valid[:, :, None] & og.valid[:, None, :]
+        same |= self.partial[:, None, None] & np.eye(P, dtype=bool)[None]
+        same &= ~self.partial[:, None, None] | np.eye(P, dtype=bool)[None]
+        first = np.argmax(same, axis=2)  # (K, P): the first part with each part's box
+        self.piece = og.valid & (first == np.arange(P)[None, :])
+        self.held = np.zeros((K, P, ndev), dtype=bool)
+        kk, pp = np.nonzero(og.valid)
+        self.held[kk, first[kk, pp], og.dev[kk, pp]] = True
+        self.first_dev = og.dev
+        self.gid = og.gid
+        self.K, self.P = K, P
+
+
+def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=None):
+    """Records of every part's read of one tensor of the vertex, for every configuration
+    at once (as :func:`~fddps.strategy.expand.op_records`' ``feed``): the row each part
+    pays, ``(C, P)`` ids (-1: none), and its transfers, ``(source device, destination
+    device, seconds)`` each ``(C, P, Q)`` in record order (zero seconds: none; None: no
+    transfer at all). Items with the same reader and producer configurations are costed
+    once."""
+    gid = og.gid if gid is None else gid  # the reader's group per item (configuration, pair)
+    sg = pc.gid if sg is None else sg  # the producer's
+    # Each pair of reader and producer configurations is costed once.
+    combo = gid * pc.K + sg
+    uniq, back = np.unique(combo, return_inverse=True)
+    back = np.asarray(back).reshape(-1)
+    rows, link = _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name,
+                            uniq // pc.K, uniq % pc.K)
+    if link is not None:
+        link = tuple(x[back] for x in link)
+    return rows[back], link
+
+
+def _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid, sg):
+    C = len(gid)
+    in_lo, in_hi = inbox
+    L, H = in_lo[gid], in_hi[gid]  # (C, P, r)
+    V = og.valid[gid]
+    D = og.dev[gid]
+    PL, PH = pc.lo[sg], pc.hi[sg]  # (C, Q, r)
+    # Each part's box against each piece, axis by axis (C, P, Q): the intersection's
+    # elements as a float product of its integer extents (exact below 2**53, as
+    # expand's float(math.prod(...))).
+    ok = pc.piece[sg][:, None, :] & V[:, :, None]
+    elements = np.ones(ok.shape)
+    for a in range(L.shape[2]):
+        e = (np.minimum(PH[:, None, :, a], H[:, :, None, a]) -
+             np.maximum(PL[:, None, :, a], L[:, :, None, a]))
+        ok &= e > 0
+        elements *= e
+    item = pc.itemsize
+    nbytes = elements * item
+    Q = PL.shape[1]
+    cidx = np.arange(C)[:, None, None]
+    local = pc.held[sg][cidx, np.arange(Q)[None, None, :], D[:, :, None]]
+    dst = np.broadcast_to(D[:, :, None], ok.shape)
+    src = np.where(local, dst, pc.first_dev[sg][:, None, :])
+    move = ok & (src != dst) & (nbytes > 0)
+    secs = np.where(move, lat[src, dst] + nbytes * inv[src, dst], 0.0)
+    link = (src, dst, secs) if move.any() else None
+    # The row paid: a reduce of partial sums, a concatenation of several pieces, or a
+    # slice of one (none when it is the whole piece, or a view).
+    count = ok.sum(axis=-1)  # (C, P)
+    one = np.argmax(ok, axis=-1)
+    partial = np.broadcast_to(pc.partial[sg][:, None], V.shape)
+    kind = np.where(partial, 2, np.where(count > 1, 0, np.where(count == 1, 1, -1)))
+    kind = np.where(V, kind, -1)
+    rows = np.full(V.shape, -1, dtype=np.int64)
+    size = np.prod(H - L, axis=-1).astype(np.float64) * item
+    plo, phi = PL[np.arange(C)[:, None], one], PH[np.arange(C)[:, None], one]  # (C, P, r)
+    jlo, jhi = np.maximum(plo, L), np.minimum(phi, H)  # the first piece's intersection
+    whole_piece = np.all((jlo == plo) & (jhi == phi), axis=-1)
+    pext, jext = phi - plo, jhi - jlo
+    r = L.shape[2]
+    if r >= 2:
+        view = np.all((jlo[..., 1:] == plo[..., 1:]) & (jext[..., 1:] == pext[..., 1:]), axis=-1)
+        view &= np.prod(pext[..., 1:], axis=-1) * item % SLICE_VIEW_ALIGNMENT == 0
+    else:
+        view = np.zeros(V.shape, dtype=bool)
+    kind = np.where((kind == 1) & (whole_piece | view), -1, kind)
+    some = kind >= 0
+    if some.any():
+        # One row per distinct (kind, reader configuration, part, count or piece).
+        K, P = og.valid.shape
+        g = np.broadcast_to(gid[:, None], V.shape)
+        j = np.broadcast_to(np.arange(P)[None, :], V.shape)
+        x = np.where(kind == 2, count, np.where(kind == 1, sg[:, None] * Q + one, 0))
+        X = max(pc.K * Q, P + 1) + 1
+        code = ((kind * K + g) * P + j) * X + x
+        uniq, at, inverse = np.unique(code[some], return_index=True, return_inverse=True)
+        ci, pi = np.nonzero(some)
+        ci, pi = ci[at], pi[at]
+        kd = kind[ci, pi]
+        sz = size[ci, pi]
+        cnt = count[ci, pi].astype(np.float64)
+        cons = consumer[g[ci, pi], pi]
+        name = np.where(kd == 2, reduce_name, np.where(
+            kd == 0, np.array([f"{c}/fddps_concat" for c in cons], dtype=object),
+            np.array([f"{c}/fddps_slice" for c in cons], dtype=object)))
+        op_type = np.where(kd == 2, "AddN", np.where(kd == 0, "ConcatV2", "Slice")).astype(object)
+        flops = np.where(kd == 2, sz / max(item, 1) * (cnt - 1), 0.0)
+        in_bytes = np.where(kd == 2, sz * cnt, np.where(
+            kd == 0, sz, np.prod(pext[ci, pi], axis=-1).astype(np.float64) * item))
+        base = sink.add_block(name, op_type, flops, in_bytes, sz, 0.0, None)
+        rows[some] = base + np.asarray(inverse).reshape(-1)
+    return rows, link
+
+
+def edge_table(ctx, u, v, readers, ku, kv):
+    """The term of edge ``(u, v)`` for every pair of their configurations (as
+    :func:`~fddps.search.pase_edges.edge_table`, from the same arrays as the vertex
+    tables): a callable ``value(costs) -> numpy.ndarray`` of shape
+    ``(len(configs[u]), len(configs[v]))``, or None when a record is not described here.
+
+    Parameters
+    ----------
+    readers : list of str
+        The ops reading across the pair, in step order.
+    ku, kv : list of int
+        Per configuration of ``u`` (``v``), a key: equal keys give equal terms.
+    """
+    try:
+        return _edge_table(ctx, u, v, readers, ku, kv)
+    except _Undescribed:
+        return None
+
+
+def _edge_table(ctx, u, v, readers, ku, kv):
+    step, vertex_of, sink = ctx.step, ctx.vertex_of, ctx.sink
+    rep = {}
+    for side, keys in ((u, ku), (v, kv)):
+        first = {}
+        for a, k in enumerate(keys):
+            first.setdefault(k, a)
+        rep[side] = np.asarray([first[k] for k in range(len(first))], dtype=np.int64)
+    nu, nv = len(rep[u]), len(rep[v])
+    npairs = nu * nv
+    pair_cfg = {u: rep[u][np.repeat(np.arange(nu), nv)], v: rep[v][np.tile(np.arange(nv), nu)]}
+    load = np.zeros((npairs, ctx.ndev, ctx.ndev))
+    steps = []
+    for n in readers:
+        op = step.ops[n]
+        mine = vertex_of[n]
+        other = v if mine == u else u
+        if op.op_type in SHAPE_ONLY_OPS:
+            continue
+        across = [(k, src, port) for k, (src, port) in enumerate(op.inputs)
+                  if vertex_of[src] == other]
+        if not across:
+            continue
+        og = ctx.groups(n)
+        gid = og.gid[pair_cfg[mine]]
+        ins, _, consumer = ctx.reads(n)
+        feed_rows, links = [], []
+        for k, src, port in across:
+            if k >= len(ins):
+                continue
+            pc = ctx.pieces(src, port)
+            rows, link = _feed(pc, ins[k], og, consumer, ctx.lat, ctx.inv, sink,
+                               f"{src}/fddps_reduce_{port}", gid, pc.gid[pair_cfg[other]])
+            feed_rows.append(rows)
+            links.append(link)
+        _add_links(load, links)
+        dev = og.dev[gid]
+        for j in range(og.P):
+            for rows in feed_rows:
+                if (rows[:, j] >= 0).any():
+                    steps.append((rows[:, j], dev[:, j]))
+    value = _valuer(steps, load)
+    ku, kv = np.asarray(ku), np.asarray(kv)
+
+    def table(costs):
+        return value(costs).reshape(nu, nv)[ku][:, kv]
+
+    return table
+
+
+def _stats_links(og, gid, dims, load, lat, inv, everyone):
+    """The statistics each part sends to the other parts of its channels (``op_records``'
+    last records), in its order: part ``p`` to part ``q``, ``q`` fastest."""
+    channels = [og.letter[d] for d in dims.dims if d not in dims.stats]
+    K, P = og.valid.shape
+    for p in range(P):
+        for q in range(P):
+            if p == q:
+                continue
+            same = og.stats_split & og.valid[:, p] & og.valid[:, q]
+            for i in channels:
+                same &= (og.lo[:, p, i] == og.lo[:, q, i]) & (og.hi[:, p, i] == og.hi[:, q, i])
+            a, b = og.dev[:, p], og.dev[:, q]
+            move = same & (a != b)
+            if not move[gid].any():
+                continue
+            ext = np.ones(K, dtype=np.int64)
+            for i in channels:
+                ext = ext * (og.hi[:, p, i] - og.lo[:, p, i])
+            nbytes = 2 * 4 * ext.astype(np.float64)
+            w = np.where(move, lat[a, b] + nbytes * inv[a, b], 0.0)
+            load[everyone, a[gid], b[gid]] += w[gid]
+
+
+__all__ = ["Context", "RowSink", "edge_table", "vertex_table"]
