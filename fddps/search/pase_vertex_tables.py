@@ -42,11 +42,12 @@ import numpy as np
 import pandas as pd
 
 from ..strategy.expand import SHAPE_ONLY_OPS, SYNC_BATCH_NORM
+from ..strategy.kernel_shape import part_kernel_shape
 from ..strategy.ops import SLICE_VIEW_ALIGNMENT, HaloAxis
 from ..strategy.strategy import _part_boxes
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
-                "profile_name"]
+                "profile_name", "kernel_shape"]
 
 
 class RowSink:
@@ -69,12 +70,12 @@ class RowSink:
         self.costed = np.zeros((0, len(devices)))
 
     def add_block(self, name, op_type, flops, input_bytes, output_bytes, param_bytes,
-                  profile_name) -> int:
+                  profile_name, kernel_shape=None) -> int:
         """Append rows (arrays of equal length, or scalars repeated); the first one's id."""
         m = len(flops)
         base = self.n
         for c, x in zip(_ROW_COLUMNS, (name, op_type, flops, input_bytes, output_bytes,
-                                       param_bytes, profile_name)):
+                                       param_bytes, profile_name, kernel_shape)):
             if np.ndim(x) == 0:
                 x = np.full(m, x, dtype=object if isinstance(x, str) or x is None else np.float64)
             self.columns[c].append(np.asarray(x))
@@ -320,6 +321,21 @@ def vertex_table(ctx, i):
         return None
 
 
+def _kernel_shapes(op, dims, og, ins, outs, keep):
+    """The kernel shape of each kept (configuration, part) cell's task, as :func:`op_records`
+    gives it: the op's own where it is whole, the part's (:func:`part_kernel_shape`) where
+    it is split; None throughout for an op without one (not an FP32 convolution or MatMul)."""
+    if op.kernel_shape is None:
+        return None
+    shapes = np.full(og.valid.shape, op.kernel_shape, dtype=object)
+    for a, b in zip(*np.nonzero(keep & og.split[:, None])):
+        box = {d: (int(og.lo[a, b, k]), int(og.hi[a, b, k])) for k, d in enumerate(dims.dims)}
+        in_boxes = [tuple(zip(lo[a, b].tolist(), hi[a, b].tolist())) for lo, hi in ins]
+        out_boxes = [tuple(zip(lo[a, b].tolist(), hi[a, b].tolist())) for lo, hi in outs]
+        shapes[a, b] = part_kernel_shape(op, dims, box, in_boxes, out_boxes)
+    return shapes[keep]
+
+
 def _vertex_table(ctx, i):
     sink = ctx.sink
     lat, inv, ndev = ctx.lat, ctx.inv, ctx.ndev
@@ -366,7 +382,7 @@ def _vertex_table(ctx, i):
             outb = np.where(split[:, None], outb, op.output_bytes)
             keep = (plain | ~split)[:, None] & og.valid
             base = sink.add_block(names[keep], op.op_type, flops[keep], inb[keep], outb[keep],
-                                  param[keep], n)
+                                  param[keep], n, _kernel_shapes(op, dims, og, ins, outs, keep))
             task_ids[keep] = base + np.arange(int(keep.sum()))
         part_rows = [task_ids]
         stats_rows = []
