@@ -305,8 +305,8 @@ def replay(saved) -> pd.DataFrame:
         graph, device, cluster, cpu = r["graph"], r["device"], r["cluster"], r["cpu_cluster"]
         enforced = bool(row.get("order_edges", 0))
         schedule = SimpleNamespace(graph=graph, device=device, order=r["order"])
-        row.update(predicted_executor=_tf_order(schedule, cluster, enforced),
-                   predicted_tf_order=_tf_order(schedule, cluster, enforced),
+        tf_order = _tf_order(schedule, cluster, enforced)  # what place() now predicts
+        row.update(predicted_executor=tf_order, predicted_tf_order=tf_order,
                    predicted_tf_order_transfer_cpu=_tf_order(schedule, cpu, enforced),
                    predicted_channels=_tf_order(schedule, _with_channels(cpu), enforced))
         rows.append(row)

@@ -495,6 +495,12 @@ def _replay_flow(graph, cluster, device, order, exec_time=None, trace=None, task
 EXECUTOR_POLICIES = ("fifo", "tensorflow")
 
 
+def _check_policy(policy):
+    """Raise ValueError for a policy not in :data:`EXECUTOR_POLICIES`."""
+    if policy not in EXECUTOR_POLICIES:
+        raise ValueError(f"unknown executor policy {policy!r}; known: {', '.join(EXECUTOR_POLICIES)}")
+
+
 def executor_policy(cluster) -> str:
     """The executor model :func:`fddps.place` predicts a written graph's step with.
 
@@ -574,8 +580,7 @@ def executor_order(graph, cluster, device, exec_time=None, policy="fifo", tasks=
     ValueError
         For an unknown policy.
     """
-    if policy not in EXECUTOR_POLICIES:
-        raise ValueError(f"unknown executor policy {policy!r}; known: {', '.join(EXECUTOR_POLICIES)}")
+    _check_policy(policy)
     n, m = graph.num_ops, cluster.num_devices
     et = graph.exec_times(cluster) if exec_time is None else exec_time
     device = np.asarray(device, dtype=np.int64)
@@ -831,8 +836,7 @@ def simulate(graph, cluster, placement, order=None, policy="fifo"):
     >>> simulate(g, c, {"a": "0", "b": "1"}).makespan
     3.0
     """
-    if policy not in EXECUTOR_POLICIES:
-        raise ValueError(f"unknown executor policy {policy!r}; known: {', '.join(EXECUTOR_POLICIES)}")
+    _check_policy(policy)
     device = _device_array(graph, cluster, placement)
     et = graph.exec_times(cluster)
     dur = et[np.arange(graph.num_ops), device]
@@ -846,15 +850,15 @@ def simulate(graph, cluster, placement, order=None, policy="fifo"):
     # TensorFlow's executor decides where sends and receives run too (also when
     # order edges fix its ops' order): replay them there.
     task_order = policy == "tensorflow"
-    if task_order and order is not None:
-        _check_order(graph, cluster, device, order)
     if task_order:
-        given, order = order, executor_order(graph, cluster, device, et, policy, tasks=True,
-                                             fixed_order=order)
-        if given is not None and sum(int((seq < graph.num_ops).sum()) for seq in order) < graph.num_ops:
-            ran = np.zeros(graph.num_ops, dtype=bool)
-            for seq in order:
-                ran[seq[seq < graph.num_ops]] = True
+        given = order
+        if given is not None:
+            _check_order(graph, cluster, device, given)
+        order = executor_order(graph, cluster, device, et, policy, tasks=True, fixed_order=given)
+        ran = np.zeros(graph.num_ops, dtype=bool)
+        for seq in order:
+            ran[seq[seq < graph.num_ops]] = True
+        if not ran.all():  # a given order the dependencies contradict: the executor got stuck
             stuck = int(np.flatnonzero(~ran)[0])
             raise InvalidScheduleError(
                 f"the per-device order contradicts the graph's dependencies: op "

@@ -418,18 +418,13 @@ def kernel_attrs(node) -> dict:
     Python values (strings, bools, lists of ints); those the node does not set are left out."""
     from costmodel.kernel_model import TF_KERNEL_SHAPE_ATTRS
 
-    out = {}
-    for key in TF_KERNEL_SHAPE_ATTRS:
-        if key not in node.attr:
-            continue
-        a = node.attr[key]
-        kind = a.WhichOneof("value")
-        if kind == "s":
-            out[key] = a.s.decode()
-        elif kind == "b":
-            out[key] = bool(a.b)
-        elif kind == "list" and len(a.list.i):
-            out[key] = [int(v) for v in a.list.i]
+    from .static_values import node_attrs
+
+    out = node_attrs(node, TF_KERNEL_SHAPE_ATTRS)
+    for key in TF_KERNEL_SHAPE_ATTRS:  # and the lists of ints (strides, dilations, paddings)
+        if key in node.attr and node.attr[key].WhichOneof("value") == "list" \
+                and len(node.attr[key].list.i):
+            out[key] = [int(v) for v in node.attr[key].list.i]
     return out
 
 
