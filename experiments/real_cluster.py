@@ -628,7 +628,7 @@ def plot(df: pd.DataFrame, path):
     legend_height = 0.35 * legend_rows + 0.25
     fig, axes = plt.subplots(rows, cols, figsize=(max(5.5 * cols, 8.0), 3.8 * rows + legend_height),
                              squeeze=False)
-    markers = [("predicted", "D", "tab:orange", "predicted (T / 2 per end)"),
+    markers = [("predicted", "D", "tab:orange", "predicted (place()'s schedule)"),
                ("predicted_transfer_cpu", "o", "tab:green",
                 "predicted (CPU cost of concurrent transfers)"),
                ("predicted_tf_order_transfer_cpu", "^", "tab:red",
