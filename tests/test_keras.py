@@ -146,7 +146,9 @@ def _function_step():
     return step, params + velocity
 
 
-@pytest.mark.parametrize("n_devices,enforce_order", [(2, "auto"), (3, True)])
+# enforce_order=False, not "auto": on logical CPUs the order guard keeps a spread only
+# when it is predicted at least 10% faster than one device (SPREAD_MARGIN).
+@pytest.mark.parametrize("n_devices,enforce_order", [(2, False), (3, True)])
 def test_tf_function_step_trains_placed_as_unplaced(n_devices, enforce_order):
     xs, ys = _batches()
     ref_step, ref_vars = _function_step()

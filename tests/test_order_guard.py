@@ -117,3 +117,27 @@ def test_enforce_order_value_is_checked(case):
     g, cluster = case
     with pytest.raises(FddpsError, match="enforce_order must be True, False or 'auto'"):
         place(g, cluster, cost_model=COST_MODEL, enforce_order="yes")
+
+
+@pytest.mark.parametrize("small,transfer_compute,kept", [
+    (0.05, 0.0, True),    # 1.05x faster: kept where the executor model is FIFO (GPUs)
+    (0.05, 0.5, False),   # ... but not on CPU workers over gRPC, under SPREAD_MARGIN
+    (0.5, 0.5, True),     # 1.5x faster: kept there too
+])
+def test_cpu_workers_keep_a_spread_only_when_clearly_faster(small, transfer_compute, kept):
+    from fddps import OpGraph, Schedule
+    from fddps.tf.schedule_place import SPREAD_MARGIN, order_guard
+
+    # Two independent ops, one per device: the spread takes max(1, small), one device 1 + small.
+    g = OpGraph(["big", "small"], [1.0, small], [])
+    cluster = Cluster(Cluster.homogeneous(2).devices, transfer_compute=transfer_compute)
+    spread = Schedule.from_order(g, cluster, np.array([0, 1]), [[0], [1]])
+    assert SPREAD_MARGIN["tensorflow"] == pytest.approx(0.10)
+    schedule, enforce, info = order_guard(g, cluster, spread, "auto", can_enforce=True)
+    assert not enforce
+    if kept:
+        assert schedule is spread and info["order_guard"] == ""
+    else:
+        assert set(schedule.device.tolist()) == {0} and schedule.makespan == pytest.approx(1.05)
+        assert info["order_guard"] == "single device"
+        assert "only 1.05x faster than one device, under the 1.10x" in info["order_guard_reason"]

@@ -171,7 +171,9 @@ class Placement:
             lines.append(
                 f"in the order TensorFlow picks itself ({executor_policy(c)} executor model) "
                 f"the step would take "
-                f"{tf_order * scale:.4g} {unit}, slower than one device ({single * scale:.4g} {unit}): "
+                f"{tf_order * scale:.4g} {unit}, "
+                + ("slower than" if tf_order >= single else "not clearly faster than")
+                + f" one device ({single * scale:.4g} {unit}): "
                 + ("order control edges make TensorFlow follow the scheduled order "
                    "(enforce_order='auto')" if guard == "enforced order" else
                    f"placed on {c.names[int(s.device[0])] if g.num_ops else '?'} alone "

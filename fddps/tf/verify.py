@@ -648,7 +648,9 @@ def verify_graphs(analysis, finalists, fetches, *, feed_dict=None, init=None, ta
         placeholder that cannot be fed, no initialiser found, or every
         finalist failing.
     """
-    predicted = [(label, p.makespan) for label, p in finalists]
+    # What each placed graph's step is predicted to take as TensorFlow runs it (its own
+    # order, or the enforced one): what the timing measures.
+    predicted = [(label, p.executor_makespan) for label, p in finalists]
     if len(finalists) < 2:
         return not_verified(predicted, "one distinct finalist: nothing to choose between",
                             budget=budget)
