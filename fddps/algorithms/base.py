@@ -28,7 +28,10 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from ..errors import InfeasibleError, UnknownAlgorithmError
-from ..paths import allowed_devices
+from ..bounds import communication_lower_bound, lower_bound
+# bottom_levels and top_levels lived here before fddps.paths (below the schedulers and
+# fddps.bounds) took them: still importable from here.
+from ..paths import allowed_devices, bottom_levels, top_levels  # noqa: F401
 from ..schedule import Schedule
 
 _REGISTRY: dict[str, type] = {}
@@ -210,8 +213,6 @@ def _add_lower_bound(result):
     (:func:`fddps.lower_bound` above :data:`COMM_BOUND_MAX_OPS` ops), whichever is
     larger, rounded up where every op and transfer time is a whole number (then
     so is every makespan); and ``info["optimal"] = True`` where the makespan meets it."""
-    from ..bounds import communication_lower_bound, lower_bound  # bounds builds on this module
-
     g, c = result.graph, result.cluster
     bound = (communication_lower_bound(g, c) if g.num_ops <= COMM_BOUND_MAX_OPS
              else lower_bound(g, c))
