@@ -682,11 +682,13 @@ def list_schedule(state: PlacementState, priority, insertion: bool = True,
         devices = state.candidates(i)
         # An op cannot start before its inputs arrive, nor finish before that plus
         # its run time: visit devices by that bound and stop once it cannot win.
-        bounds = sorted((r if by_start else r + row[k], k, r)
-                        for k, r in zip(devices, state.ready_times(i, devices)))
+        bounds = sorted([(r if by_start else r + row[k], k, r)
+                         for k, r in zip(devices, state.ready_times(i, devices))])
         best = None
         for bound, k, r in bounds:
-            if best is not None and bound > best[0][0]:
+            # By finish, a device whose bound only ties the best cannot beat it
+            # (a tie keeps the first): on identical devices most tie.
+            if best is not None and (bound > best[0][0] or not by_start and bound >= best[0][0]):
                 break
             s = timelines[k].earliest_start(r, row[k], insertion)
             choice = ((s, s + row[k]) if by_start else (s + row[k],), k, s)
