@@ -111,9 +111,11 @@ class FDDPS(Scheduler):
     improve_budget : int or None
         Op placements the refinement may spend; a forward-backward pass costs
         two per op. Default ``None``: :data:`~fddps.algorithms.justify.DEFAULT_MAX_PASSES`
-        (20) passes at any size (:func:`~fddps.algorithms.justify.default_budget`),
-        so the refinement places at most 40 times as many ops as the list pass.
-        It usually ends long before: see ``improve_min_gain``.
+        (20) passes, at most :data:`~fddps.algorithms.justify.DEFAULT_MAX_PLACEMENTS`
+        (200,000) placements (:func:`~fddps.algorithms.justify.default_budget`):
+        the refinement places at most 40 times as many ops as the list pass,
+        and from 50,000 ops makes one pass. It usually ends long before: see
+        ``improve_min_gain``.
     improve_min_gain : float
         On graphs over :data:`~fddps.algorithms.justify.SMALL_GRAPH_OPS` ops,
         the first refinement pass that shortens the step by less than this
