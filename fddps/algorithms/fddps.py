@@ -114,7 +114,7 @@ class FDDPS(Scheduler):
         (20) passes, at most :data:`~fddps.algorithms.justify.DEFAULT_MAX_PLACEMENTS`
         (200,000) placements (:func:`~fddps.algorithms.justify.default_budget`):
         the refinement places at most 40 times as many ops as the list pass,
-        and from 50,000 ops makes one pass. It usually ends long before: see
+        and above 50,000 ops makes one pass. It usually ends long before: see
         ``improve_min_gain``.
     improve_min_gain : float
         On graphs over :data:`~fddps.algorithms.justify.SMALL_GRAPH_OPS` ops,

@@ -40,9 +40,9 @@ placements rather than timed, so the result does not depend on the machine:
 by default :data:`DEFAULT_MAX_PASSES` forward-backward passes (each places
 every op twice, so the refinement places at most ``2 * DEFAULT_MAX_PASSES``
 times as many ops as the list pass it refines), and at most
-:data:`DEFAULT_MAX_PLACEMENTS` in all, which leaves one pass from 50,000 ops
-on: on ``training_graph`` of 50,000 and 100,000 ops (8 devices) a second pass
-gained nothing and took the refinement 1.9x as long. It also stops once the
+:data:`DEFAULT_MAX_PLACEMENTS` in all, which leaves one pass above 50,000 ops
+(on ``training_graph`` of 50,000 and 100,000 ops, 8 devices, a second pass
+gained nothing and took the refinement 1.9x as long). It also stops once the
 makespan reaches :func:`fddps.lower_bound`.
 """
 
