@@ -1,5 +1,7 @@
 """The forward-backward refinement refines only while it pays (fddps.algorithms.justify)."""
 
+import pytest
+
 import fddps
 from fddps.algorithms.justify import forward_backward_improve
 from fddps.generators import training_graph
@@ -43,3 +45,36 @@ def test_the_refined_schedule_is_valid_and_never_worse():
     assert refined.makespan <= plain.makespan
     # The old rule spent its whole budget here: 20 passes (40 * ops placements).
     assert refined.info["improve_passes"] < 20
+
+
+def test_the_default_budget_is_proportional_to_the_list_pass():
+    from fddps.algorithms.justify import DEFAULT_MAX_PASSES, DEFAULT_MAX_PLACEMENTS, default_budget
+
+    cluster = fddps.Cluster.homogeneous(2, bandwidth=10e9, latency=1e-5)
+    for ops in (60, 400):
+        graph = training_graph(ops, seed=0)
+        start, finish, makespan = _list_schedule(graph, cluster)
+        _, stats = forward_backward_improve(graph, cluster, start, finish, makespan)
+        # The same number of passes at any size: a budget in list passes, not in ops.
+        assert stats["improve_max_passes"] == DEFAULT_MAX_PASSES
+        assert stats["improve_passes"] <= DEFAULT_MAX_PASSES
+    # With a ceiling in placements: one pass at 100k ops.
+    assert default_budget(100_000) == DEFAULT_MAX_PLACEMENTS < 4 * 100_000
+
+
+def test_fddps_takes_the_threshold_as_an_option():
+    from fddps.algorithms.justify import DEFAULT_MIN_GAIN
+
+    graph = training_graph(1100, seed=2)
+    cluster = fddps.Cluster.homogeneous(4, bandwidth=10e9, latency=1e-5)
+    default = fddps.schedule(graph, cluster, local_search=False)
+    named = fddps.schedule(graph, cluster, local_search=False, improve_min_gain=DEFAULT_MIN_GAIN)
+    assert named.makespan == default.makespan
+    assert named.info["improve_passes"] == default.info["improve_passes"]
+    # A threshold no pass reaches: one pass, kept only if it gained.
+    one = fddps.schedule(graph, cluster, local_search=False, improve_min_gain=0.5)
+    assert one.info["improve_passes"] == 1
+    assert default.makespan <= one.makespan <= one.info["list_schedule_makespan"]
+    for bad in (-0.1, 1.0, "0.1", True):
+        with pytest.raises(ValueError, match="improve_min_gain"):
+            fddps.schedule(graph, cluster, improve_min_gain=bad)

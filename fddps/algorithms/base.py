@@ -28,7 +28,10 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from ..errors import InfeasibleError, UnknownAlgorithmError
-from ..paths import allowed_devices
+from ..bounds import communication_lower_bound, lower_bound
+# bottom_levels and top_levels lived here before fddps.paths (below the schedulers and
+# fddps.bounds) took them: still importable from here.
+from ..paths import allowed_devices, bottom_levels, top_levels  # noqa: F401
 from ..schedule import Schedule
 
 _REGISTRY: dict[str, type] = {}
@@ -210,8 +213,6 @@ def _add_lower_bound(result):
     (:func:`fddps.lower_bound` above :data:`COMM_BOUND_MAX_OPS` ops), whichever is
     larger, rounded up where every op and transfer time is a whole number (then
     so is every makespan); and ``info["optimal"] = True`` where the makespan meets it."""
-    from ..bounds import communication_lower_bound, lower_bound  # bounds builds on this module
-
     g, c = result.graph, result.cluster
     bound = (communication_lower_bound(g, c) if g.num_ops <= COMM_BOUND_MAX_OPS
              else lower_bound(g, c))
@@ -681,11 +682,13 @@ def list_schedule(state: PlacementState, priority, insertion: bool = True,
         devices = state.candidates(i)
         # An op cannot start before its inputs arrive, nor finish before that plus
         # its run time: visit devices by that bound and stop once it cannot win.
-        bounds = sorted((r if by_start else r + row[k], k, r)
-                        for k, r in zip(devices, state.ready_times(i, devices)))
+        bounds = sorted([(r if by_start else r + row[k], k, r)
+                         for k, r in zip(devices, state.ready_times(i, devices))])
         best = None
         for bound, k, r in bounds:
-            if best is not None and bound > best[0][0]:
+            # By finish, a device whose bound only ties the best cannot beat it
+            # (a tie keeps the first): on identical devices most tie.
+            if best is not None and (bound > best[0][0] or not by_start and bound >= best[0][0]):
                 break
             s = timelines[k].earliest_start(r, row[k], insertion)
             choice = ((s, s + row[k]) if by_start else (s + row[k],), k, s)

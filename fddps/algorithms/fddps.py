@@ -73,6 +73,7 @@ paper's Table 6).
 from __future__ import annotations
 
 import heapq
+import time
 
 import numpy as np
 
@@ -81,7 +82,7 @@ from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
 from ..paths import bottom_levels
 from .base import PlacementState, Scheduler, register
-from .justify import forward_backward_improve
+from .justify import DEFAULT_MIN_GAIN, check_min_gain, forward_backward_improve
 from .local_search import move_search
 from .single import best_single_device
 from .split_step import schedule_with_splits
@@ -109,8 +110,18 @@ class FDDPS(Scheduler):
         ``improve=False`` is the paper's algorithm alone.
     improve_budget : int or None
         Op placements the refinement may spend; a forward-backward pass costs
-        two per op. Default ``min(200_000, 40 * num_ops)``: up to 20 passes on
-        graphs below 5,000 ops (enough for the STG targets), one pass at 100k ops.
+        two per op. Default ``None``: :data:`~fddps.algorithms.justify.DEFAULT_MAX_PASSES`
+        (20) passes, at most :data:`~fddps.algorithms.justify.DEFAULT_MAX_PLACEMENTS`
+        (200,000) placements (:func:`~fddps.algorithms.justify.default_budget`):
+        the refinement places at most 40 times as many ops as the list pass,
+        and above 50,000 ops makes one pass. It usually ends long before: see
+        ``improve_min_gain``.
+    improve_min_gain : float
+        On graphs over :data:`~fddps.algorithms.justify.SMALL_GRAPH_OPS` ops,
+        the first refinement pass that shortens the step by less than this
+        fraction of it ends the refinement (default
+        :data:`~fddps.algorithms.justify.DEFAULT_MIN_GAIN`, 0.1%); 0 refines
+        until passes stall, with restarts, as on small graphs.
     restarts, seed
         Perturbed restarts of the refinement, and their random seed.
     local_search : bool or None
@@ -134,7 +145,8 @@ class FDDPS(Scheduler):
 
     def __init__(self, insertion=True, lookahead=True, prefer_parent=True,
                  single_device_guard=True, improve=True, improve_budget=None,
-                 restarts=10, seed=0, split=True, local_search=None, local_search_max_ops=300):
+                 improve_min_gain=DEFAULT_MIN_GAIN, restarts=10, seed=0, split=True,
+                 local_search=None, local_search_max_ops=300):
         self.local_search = local_search
         self.local_search_max_ops = local_search_max_ops
         self.insertion = insertion
@@ -143,6 +155,7 @@ class FDDPS(Scheduler):
         self.single_device_guard = single_device_guard
         self.improve = improve
         self.improve_budget = improve_budget
+        self.improve_min_gain = check_min_gain(improve_min_gain, "fddps: improve_min_gain")
         self.restarts = restarts
         self.seed = seed
         self.split = split
@@ -151,15 +164,18 @@ class FDDPS(Scheduler):
         return schedule_with_splits(self._schedule_whole_ops, graph, cluster, enabled=self.split)
 
     def _schedule_whole_ops(self, graph, cluster) -> Schedule:
+        t0 = time.perf_counter()
         state = PlacementState(graph, cluster)
         stats = self._list_schedule(state)
         result = state.to_schedule(self.name)
         stats["list_schedule_makespan"] = result.makespan
+        # Wall seconds, for reports only: the refinement's budget is counted in passes.
+        stats["list_schedule_seconds"] = time.perf_counter() - t0
         if self.improve and graph.num_ops:
+            t0 = time.perf_counter()
             better, improve_stats = forward_backward_improve(
                 graph, cluster, result.start, result.finish, result.makespan,
-                budget=(min(200_000, 40 * graph.num_ops) if self.improve_budget is None
-                        else self.improve_budget),
+                budget=self.improve_budget, min_gain=self.improve_min_gain,
                 restarts=self.restarts, seed=self.seed,
                 exec_time=state.et)
             stats.update(improve_stats)
@@ -167,6 +183,7 @@ class FDDPS(Scheduler):
                 candidate = better.to_schedule(self.name)
                 if candidate.makespan < result.makespan:
                     result = candidate
+            stats["improve_seconds"] = time.perf_counter() - t0
         single = None
         local_search = self.improve if self.local_search is None else self.local_search
         if (self.single_device_guard or local_search) and cluster.num_devices > 1:

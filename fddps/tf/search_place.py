@@ -53,9 +53,12 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
     step = step_graph(analysis, fetches)
     result = search.fit(step, cluster, cost_model)
 
+    read_cache = {}  # candidates that write the same GraphDef read it once
+
     def write(strategy):
         return place_strategy(analysis, list(cluster.names), strategy, cost_model, memory,
-                              fetches=fetches, unknown_dim=unknown_dim, step=step)
+                              fetches=fetches, unknown_dim=unknown_dim, step=step,
+                              read_cache=read_cache)
 
     placement, search_name = write(result.strategy), result.search
     written = {}
@@ -72,16 +75,18 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
         one = [item for item in others if item[0] == ONE_DEVICE]
         if not one:
             one = one_device_finalist(analysis, cluster, cost_model, memory, fetches,
-                                      unknown_dim, placement)
+                                      unknown_dim, placement, read_cache=read_cache)
         rest = [item for item in others if item[0] != ONE_DEVICE]
         placement.finalists = distinct_finalists([(search_name, placement)] + one + rest,
                                                  finalists)
     return placement
 
 
-def one_device_finalist(analysis, cluster, cost_model, memory, fetches, unknown_dim, placement):
+def one_device_finalist(analysis, cluster, cost_model, memory, fetches, unknown_dim, placement,
+                        read_cache=None):
     """``[("one device", Placement)]``: the whole step on the device ``placement`` found fastest
-    for it (``info["single_device"]``), written as a strategy; empty when it does not fit."""
+    for it (``info["single_device"]``), written as a strategy; empty when it does not fit.
+    ``read_cache``: see :func:`~fddps.tf.strategy_rewrite.place_strategy`."""
     from ..strategy.strategy import whole_placement
 
     device = placement.info.get("single_device") or cluster.names[0]
@@ -92,7 +97,7 @@ def one_device_finalist(analysis, cluster, cost_model, memory, fetches, unknown_
 
         warnings.simplefilter("ignore", ProfileCoverageWarning)
         one = place_strategy(analysis, list(cluster.names), strategy, cost_model, memory,
-                             fetches=fetches, unknown_dim=unknown_dim)
+                             fetches=fetches, unknown_dim=unknown_dim, read_cache=read_cache)
     return [(ONE_DEVICE, one)] if _fits(one) else []
 
 

@@ -703,7 +703,7 @@ def data_parallel(graph_def, devices, fetches=None):
 
 
 def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fetches=None,
-                   unknown_dim=1, step=None):
+                   unknown_dim=1, step=None, read_cache=None):
     """:func:`fddps.tf.place` with a given strategy: the rewritten graph and its predicted step.
 
     The :class:`~fddps.tf.placement.Placement`'s ``graph_def`` is
@@ -720,6 +720,11 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
     device. ``step``: the step graph of ``graph_def`` and ``fetches``
     (:func:`~fddps.tf.strategy_graph.step_graph`) when the caller has it
     already (a search writing several candidates); built here otherwise.
+    ``read_cache``: a dict shared by the candidates one call writes (same
+    ``graph_def``, devices, cost model and ``fetches``): a rewritten GraphDef
+    byte-identical to one already read (two strategies that write the same
+    graph, e.g. FD-DPS's whole-op placement that keeps everything on one
+    device, and the one-device baseline) is not analysed again.
 
     Raises
     ------
@@ -752,7 +757,7 @@ def place_strategy(graph_def, devices, strategy, cost_model, memory=None, *, fet
                                    fetches or [n.name for n in analysis.graph_def.node],
                                    list(cluster.names), return_shards=True, step=step)
     schedule = _written_step(out, strategy, cluster, cost_model, fetches, unknown_dim,
-                             analysis=analysis)
+                             analysis=analysis, read_cache=read_cache)
     info = {"analysis": analysis, "strategy": strategy.name, "tasks": g.num_ops,
             "ops": len(step), "nodes": len(analysis.graph_def.node),
             "ops_split": sum(len(t) > 1 for t in expansion.tasks.values()),
@@ -779,7 +784,7 @@ def _same_nodes(a, b) -> bool:
 
 
 def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim=1, *,
-                  analysis=None):
+                  analysis=None, read_cache=None):
     """The step of a rewritten GraphDef as placed: its nodes in TensorFlow's executor order.
 
     Every node of the step is costed by ``cost_model`` on the device the
@@ -787,7 +792,8 @@ def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim
     device); parts scale their op's profiled time (``profile_name``, set by
     :func:`fddps.tf.read.read_graph_def`). A rewrite that only set devices
     (a whole-op strategy: the same nodes and edges as ``analysis``'s graph)
-    is read from ``analysis`` rather than analysed again.
+    is read from ``analysis`` rather than analysed again; one byte-identical
+    to a GraphDef read before into ``read_cache`` (a dict), from there.
     """
     from ..schedule import Schedule
     from ..simulate import executor_order
@@ -796,8 +802,15 @@ def _written_step(graph_def, strategy, cluster, cost_model, fetches, unknown_dim
 
     source = (analysis if analysis is not None and _same_nodes(graph_def, analysis.graph_def)
               else graph_def)
-    graph, _ = read_graph_def(source, cost_model, cluster, unknown_dim=unknown_dim,
-                              fetches=fetches, splits=False)
+    key = (graph_def.SerializeToString(deterministic=True)
+           if read_cache is not None and source is graph_def else None)
+    if key is not None and key in read_cache:
+        graph = read_cache[key]
+    else:
+        graph, _ = read_graph_def(source, cost_model, cluster, unknown_dim=unknown_dim,
+                                  fetches=fetches, splits=False)
+        if key is not None:
+            read_cache[key] = graph
     node_device = {n.name: n.device for n in graph_def.node}
     default = cluster.device_index(normalize_device(strategy.default_device))
     device = np.array([cluster.device_index(normalize_device(node_device[name]))
