@@ -602,34 +602,45 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
     V = og.valid[gid]
     D = og.dev[gid]
     PL, PH = pc.lo[sg], pc.hi[sg]  # (C, Q, r)
-    # Each part's box against each piece, axis by axis (C, P, Q): the intersection's
-    # elements as a float product of its integer extents (exact below 2**53, as
-    # expand's float(math.prod(...))).
-    ok = pc.piece[sg][:, None, :] & V[:, :, None]
-    elements = None
-    for a in range(L.shape[2]):
-        e = (np.minimum(PH[:, None, :, a], H[:, :, None, a]) -
-             np.maximum(PL[:, None, :, a], L[:, :, None, a]))
+    Q, P, r = PL.shape[1], V.shape[1], L.shape[2]
+    # Each valid part's box against each piece, axis by axis, for the (item, part, piece)
+    # cells where both exist only (in C order: record order): the intersection's elements
+    # as a float product of its integer extents (exact below 2**53, as expand's
+    # float(math.prod(...))).
+    ci, pi, qi = np.nonzero(pc.piece[sg][:, None, :] & V[:, :, None])
+    si = sg[ci]
+    ok = np.ones(len(ci), dtype=bool)
+    elements = np.ones(len(ci))
+    for a in range(r):
+        e = (np.minimum(pc.hi[si, qi, a], H[ci, pi, a]) -
+             np.maximum(pc.lo[si, qi, a], L[ci, pi, a]))
         ok &= e > 0
         # (1.0 times the first extent is that extent: the same floats as from ones)
-        elements = e.astype(np.float64) if elements is None else elements * e
-    if elements is None:
-        elements = np.ones(ok.shape)
+        elements = e.astype(np.float64) if a == 0 else elements * e
+    ci, pi, qi, si, elements = ci[ok], pi[ok], qi[ok], si[ok], elements[ok]
     item = pc.itemsize
     nbytes = elements * item
-    Q = PL.shape[1]
-    local = pc.held[sg[:, None, None], np.arange(Q)[None, None, :], D[:, :, None]]
-    dst = np.broadcast_to(D[:, :, None], ok.shape)
-    src = np.where(local, dst, pc.first_dev[sg][:, None, :])
-    move = ok & (src != dst) & (nbytes > 0)
-    secs = np.zeros(ok.shape)
-    s, d = src[move], dst[move]
-    secs[move] = lat[s, d] + nbytes[move] * inv[s, d]
-    link = (src, dst, secs) if move.any() else None
+    dst = D[ci, pi]
+    src = np.where(pc.held[si, qi, dst], dst, pc.first_dev[si, qi])
+    move = (src != dst) & (nbytes > 0)
+    link = None
+    if move.any():
+        # (C, P, Q) arrays, zero seconds where nothing moves (their devices then unread).
+        where = (ci[move], pi[move], qi[move])
+        s, d = src[move], dst[move]
+        link = tuple(np.zeros((C, P, Q), dtype=t) for t in (np.int64, np.int64, np.float64))
+        link[0][where], link[1][where] = s, d
+        link[2][where] = lat[s, d] + nbytes[move] * inv[s, d]
+    # Pieces each part reads, and the first of them (0 where none, as argmax).
+    flat = ci * P + pi
+    count = np.bincount(flat, minlength=C * P).reshape(C, P)
+    one = np.zeros(C * P, dtype=np.int64)
+    if len(flat):
+        first = np.flatnonzero(np.concatenate([[True], flat[1:] != flat[:-1]]))
+        one[flat[first]] = qi[first]
+    one = one.reshape(C, P)
     # The row paid: a reduce of partial sums, a concatenation of several pieces, or a
     # slice of one (none when it is the whole piece, or a view).
-    count = ok.sum(axis=-1)  # (C, P)
-    one = np.argmax(ok, axis=-1)
     partial = np.broadcast_to(pc.partial[sg][:, None], V.shape)
     kind = np.where(partial, 2, np.where(count > 1, 0, np.where(count == 1, 1, -1)))
     kind = np.where(V, kind, -1)
@@ -638,7 +649,6 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
     jlo, jhi = np.maximum(plo, L), np.minimum(phi, H)  # the first piece's intersection
     whole_piece = np.all((jlo == plo) & (jhi == phi), axis=-1)
     pext, jext = phi - plo, jhi - jlo
-    r = L.shape[2]
     if r >= 2:
         view = np.all((jlo[..., 1:] == plo[..., 1:]) & (jext[..., 1:] == pext[..., 1:]), axis=-1)
         view &= np.prod(pext[..., 1:], axis=-1) * item % SLICE_VIEW_ALIGNMENT == 0
