@@ -333,7 +333,7 @@ def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None, base_c
 @contextlib.contextmanager
 def _without_gc():
     """Python's cycle collector paused (as it was before, after): building the tables
-    makes millions of small objects and few cycles, and each full collection walks every
+    makes many small objects and few cycles, and each full collection walks every
     object the process holds (a TensorFlow graph's, the step's): 7-15% of the build on
     AlexNet and Inception-V3."""
     was = gc.isenabled()
