@@ -138,7 +138,12 @@ def op_class(op_type: str) -> str:
 
 def _op_classes(types) -> np.ndarray:
     """:func:`op_class` of every element of an array of op types."""
-    classes = pd.Series(np.asarray(types, dtype=object).astype(str)).map(_OP_CLASS_OF)
+    types = np.asarray(types, dtype=object)
+    codes, uniques = pd.factorize(types)
+    if len(types) > len(uniques) > 0 and (codes >= 0).all():
+        # Tables of many rows hold few op types: class each type once.
+        return _op_classes(np.asarray(uniques, dtype=object))[codes]
+    classes = pd.Series(types.astype(str)).map(_OP_CLASS_OF)
     classes = classes.fillna("elementwise").to_numpy(dtype=object)
     classes[np.isin(np.asarray(types, dtype=object).astype(str), list(NO_WORK_OPS))] = "no_work"
     return classes
@@ -419,7 +424,7 @@ class DevicePreset:
         peak = np.where(tensor, self.tensor_flops, self.peak_flops)
         c_eff = np.full(len(types), self.compute_efficiency)
         m_eff = np.full(len(types), self.memory_efficiency)
-        for cls in np.unique(classes):
+        for cls in pd.unique(classes):
             sel = classes == cls
             if cls in COMPUTE_CLASSES:
                 # A dense op off the tensor cores (DepthwiseConv2dNative) runs in FP32.
@@ -435,7 +440,7 @@ class DevicePreset:
         """Overwrite the efficiencies of ops whose class has a curve, at their sizes."""
         curves = dict(self.efficiency_curves)
         stream = curves.get("elementwise")
-        for cls in np.unique(classes):
+        for cls in pd.unique(classes):
             sel = classes == cls
             if cls in COMPUTE_CLASSES:
                 for precision, on in (("tf32", tensor), ("fp32", ~tensor)):

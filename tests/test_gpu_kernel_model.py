@@ -72,6 +72,33 @@ def test_shape_ensembles_are_the_fit_and_ops_without_a_shape_fall_back(kernels_f
                                    kernel_model.predict_seconds(*part, **kw))
 
 
+
+def test_repeated_kernels_are_predicted_once_with_the_same_times(kernels_fp32, monkeypatch):
+    """Rows of one call that are the same kernel (a search's parts) are predicted once each,
+    and get the times they get one by one; the shape check's fast path agrees with isclose."""
+    rows = kernels_fp32[(kernels_fp32.op_class == "matmul") & (kernels_fp32.gpu == "p100")].head(3)
+    d = deepbench.DATASHEETS["p100"]
+    kw = dict(peak_flops=d["peak_flops"], memory_bandwidth=d["memory_bandwidth"])
+    pick = [0, 1, 0, 2, 1, 0]
+    cols = [rows[c].to_numpy()[pick] for c in ("flops", "input_bytes", "output_bytes", "op_class")]
+    shapes = rows["shape"].to_numpy()[pick].tolist()
+    monkeypatch.setattr(kernel_model, "_CACHE", {})
+    predicted = []
+    real = kernel_model.ensemble_predict
+    monkeypatch.setattr(kernel_model, "ensemble_predict",
+                        lambda ens, x: predicted.append(len(x)) or real(ens, x))
+    got = kernel_model.predict_seconds("p100", *cols, shapes=shapes, **kw)
+    assert sum(predicted) == 3
+    monkeypatch.setattr(kernel_model, "_CACHE", {})
+    one = [kernel_model.predict_seconds("p100", *[c[i:i + 1] for c in cols], shapes=shapes[i:i + 1],
+                                        **kw)[0] for i in range(len(pick))]
+    assert got.tolist() == one
+    k = kernels_fp32.iloc[0]
+    for scale in (0.98, 0.995, 1.0, 1.005, 1.02, 1.06):
+        ins, out = kernel_model._shape_bytes(k.op_class, k["shape"])
+        assert kernel_model._shape_matches(k.op_class, k["shape"], ins * scale, out * scale) == bool(
+            np.isclose(out, out * scale, rtol=0.01) and np.isclose(ins, ins * scale, rtol=0.05))
+
 def test_tf_kernel_shape_of_convolutions_and_matmuls():
     """TensorFlow's static shapes and attributes as the shape strings DeepBench's rows have; the
     shape's FLOPs and bytes are the op's."""

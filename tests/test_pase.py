@@ -278,6 +278,20 @@ def test_pase_returns_the_fastest_simulated_and_never_loses_to_the_baselines(mlp
     assert tables_cost(unary, pairwise, choice) == pytest.approx(total, rel=1e-9)
 
 
+
+def test_runner_up_tries_caps_the_bans_and_keeps_the_answer(mlp):
+    with pytest.raises(SearchError, match="option 'runner_up_tries' must be a positive integer"):
+        PaseSearch(runner_up_tries=0)
+    cluster = CM.cluster(GPUS[:2])
+    every = PaseSearch(runner_up_tries=None, retime=50).fit(mlp, cluster, CM)
+    capped = PaseSearch(runner_up_tries=2, retime=50).fit(mlp, cluster, CM)
+    assert every.info["runner_up_tries"] > 2 == capped.info["runner_up_tries"]
+    runners = [k for k in capped.info["simulated"] if k.startswith("pase runner-up")]
+    assert 1 <= len(runners) <= 2
+    # The DP's answer and the first runners-up are the same; only later ones are left out.
+    for k in ["pase"] + runners:
+        assert capped.info["simulated"][k] == every.info["simulated"][k]
+
 def test_the_experiment_writes_its_table(tmp_path):
     from experiments import pase as experiment
 

@@ -40,6 +40,8 @@ says which (``returned``), with the DP's additive cost and its simulated step.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from collections import defaultdict
 
@@ -328,6 +330,21 @@ def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None, base_c
     return choice
 
 
+@contextlib.contextmanager
+def _without_gc():
+    """Python's cycle collector paused (as it was before, after): building the tables
+    makes many small objects and few cycles, and each full collection walks every
+    object the process holds (a TensorFlow graph's, the step's): 7-15% of the build on
+    AlexNet and Inception-V3."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 @register_search
 class PaseSearch(StrategySearch):
     """Vertex elimination on every op of the step (see the module notes).
@@ -351,6 +368,14 @@ class PaseSearch(StrategySearch):
         allows any factors with product at most the device count).
     retime : int
         Runners-up of the DP simulated beside its answer (0: the answer only).
+    runner_up_tries : int or None
+        The most bans tried while looking for ``retime`` distinct runners-up (default
+        32; None: every vertex with a choice, as before). Each ban re-eliminates the
+        path of the elimination tree it reaches, so trying every vertex is quadratic
+        on deep graphs: on ResNet-50 and Inception-V3 (4 GPUs) every ban but one or
+        two gave back the same strategy (all whole ops moved to another GPU), and
+        trying them all took a third of the search. A departure from nothing in the
+        paper (which has no runners-up).
     scalar_edges : bool
         Make pairs of vertices joined only by scalars and shape vectors edges too
         (default False: they are left out of the additive cost, a departure:
@@ -359,7 +384,8 @@ class PaseSearch(StrategySearch):
 
     name = "pase"
     options = dict(max_table=10**7, writable=False, progress=False, time_budget=None,
-                   order="best", powers_of_two=False, retime=3, scalar_edges=False)
+                   order="best", powers_of_two=False, retime=3, scalar_edges=False,
+                   runner_up_tries=32)
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -370,6 +396,7 @@ class PaseSearch(StrategySearch):
                               f"got {self.order!r}")
         if not isinstance(self.retime, int) or self.retime < 0:
             raise SearchError(f"option 'retime' must be a non-negative integer, got {self.retime!r}")
+        self.runner_up_tries = positive("runner_up_tries", self.runner_up_tries, integer=True)
 
     def _check_time(self, t0, what):
         if self.time_budget is not None and time.perf_counter() - t0 > self.time_budget:
@@ -417,6 +444,10 @@ class PaseSearch(StrategySearch):
 
     def costs(self, step, cluster, cost_model):
         """``(vertices, configs, unary, pairwise)`` of the additive cost (module notes)."""
+        with _without_gc():
+            return self._costs(step, cluster, cost_model)
+
+    def _costs(self, step, cluster, cost_model):
         t0 = time.perf_counter()
         vertices, configs, _, _ = self.space(step, cluster, t0)
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
@@ -425,6 +456,10 @@ class PaseSearch(StrategySearch):
         return vertices, configs, unary, pairwise
 
     def fit(self, step, cluster, cost_model) -> SearchResult:
+        with _without_gc():
+            return self._fit(step, cluster, cost_model)
+
+    def _fit(self, step, cluster, cost_model) -> SearchResult:
         t0 = time.perf_counter()
         devices = list(cluster.names)
         vertices, configs, order, plan_info = self.space(step, cluster, t0)
@@ -443,18 +478,23 @@ class PaseSearch(StrategySearch):
         answers = [choice]
         tree = _tree(steps, len(unary) + len(pairwise))
         ranked = sorted(range(len(vertices)), key=lambda v: -unary[v][choice[v]])
+        tries = 0
         for v in ranked:
-            if len(answers) > self.retime:
+            if len(answers) > self.retime or (self.runner_up_tries is not None
+                                              and tries >= self.runner_up_tries):
                 break
             if len(configs[v]) < 2:
                 continue
+            tries += 1
             ban = unary[v].copy()
             ban[choice[v]] = np.inf
             alt = runner_up(unary, pairwise, sizes, order, steps, v, ban, tree, choice)
             if alt not in answers:
                 answers.append(alt)
-        ev = StrategyEvaluator(step, cluster, cost_model)
         t_search = time.perf_counter() - t0
+        # Re-timing from here: the evaluator only expands and simulates the candidates.
+        t2 = time.perf_counter()
+        ev = StrategyEvaluator(step, cluster, cost_model)
 
         def strategy_of(ch, name):
             chosen = {n: OpConfig({}, (devices[0],)) for n in step.ops}
@@ -463,7 +503,6 @@ class PaseSearch(StrategySearch):
             s = ev.strategy(chosen, name=name)
             return writable_strategy(step, s) if self.writable else s
 
-        t2 = time.perf_counter()
         timed = {}
         for j, ch in enumerate(answers):
             label = "pase" if j == 0 else f"pase runner-up {j}"
@@ -488,6 +527,7 @@ class PaseSearch(StrategySearch):
                     configs_total=sum(len(c) for c in configs),
                     space_seconds=t_space, cost_seconds=t_costs, dp_seconds=t_dp,
                     search_seconds=t_search, retime_seconds=t_retime,
+                    runner_up_tries=tries,
                     choices=dict(shape), cost=score.cost, **plan_info)
         return SearchResult(strategy, score.makespan, score.peak, score.fits, self.name,
                             time.perf_counter() - t0, info)

@@ -36,6 +36,7 @@ does not describe (a tensor of unknown shape, axes not all described) returns
 from __future__ import annotations
 
 import functools
+import hashlib
 import warnings
 
 import numpy as np
@@ -269,6 +270,7 @@ class Context:
         self.ndev = len(cluster.devices)
         self.sink = RowSink(cluster, cost_model)
         self._groups, self._pieces, self._reads, self._shared = {}, {}, {}, {}
+        self.feeds = {}  # _feed's memo: geometry by content (see _feed)
 
     def groups(self, n):
         if n not in self._groups:
@@ -418,7 +420,7 @@ def _vertex_table(ctx, i):
             if shape_only or src not in inside or k >= len(ins):
                 continue
             rows, link = _feed(pieces_of(src, port), ins[k], og, consumer, lat, inv, sink,
-                               f"{src}/fddps_reduce_{port}")
+                               f"{src}/fddps_reduce_{port}", memo=ctx.feeds)
             feed_rows.append(rows)
             links.append(link)
         _add_links(load, links)
@@ -446,9 +448,13 @@ def _add_links(load, links):
     if not links:
         return
     Q = max(x[2].shape[2] for x in links)
-    # (items, parts, inputs, pieces): C order is record order within each item.
-    src, dst, secs = [np.stack([np.pad(x[f], ((0, 0), (0, 0), (0, Q - x[f].shape[2])))
-                                for x in links], axis=2) for f in range(3)]
+    # (items, parts, inputs, pieces): C order is record order within each item; pieces
+    # past an input's own are zero seconds (no record).
+    C, P = links[0][2].shape[:2]
+    src, dst, secs = [np.zeros((C, P, len(links), Q), dtype=links[0][f].dtype) for f in range(3)]
+    for i, x in enumerate(links):
+        q = x[2].shape[2]
+        src[:, :, i, :q], dst[:, :, i, :q], secs[:, :, i, :q] = x
     keep = secs > 0
     item = np.broadcast_to(np.arange(len(secs))[:, None, None, None], secs.shape)
     np.add.at(load, (item[keep], src[keep], dst[keep]), secs[keep])
@@ -488,8 +494,8 @@ class _Pieces:
         self.itemsize = op.output_itemsizes[port] if port < len(op.output_itemsizes) else 0
         K, P = og.valid.shape
         red = dims.reduction if dims is not None else frozenset()
-        self.partial = np.array([c.num_parts > 1 and any(c.split.get(d, 1) > 1 for d in red)
-                                 for c in og.reps], dtype=bool)
+        self.partial = np.array([bool(s) and any(c.split.get(d, 1) > 1 for d in red)
+                                 for s, c in zip(og.split.tolist(), og.reps)], dtype=bool)
         # Parts holding one box hold the same values: the first of them is the piece, held
         # wherever any of them is.
         same = np.all((self.lo[:, :, None, :] == self.lo[:, None, :, :]) &
@@ -507,67 +513,142 @@ class _Pieces:
         self.K, self.P = K, P
 
 
-def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=None):
+def _digest(*arrays) -> bytes:
+    """A digest of arrays' dtypes, shapes and contents (equal digests: equal arrays)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.dtype.str, a.shape)).encode())
+        h.update(a.tobytes())
+    return h.digest()
+
+
+def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=None, memo=None):
     """Records of every part's read of one tensor of the vertex, for every configuration
     at once (as :func:`~fddps.strategy.expand.op_records`' ``feed``): the row each part
     pays, ``(C, P)`` ids (-1: none), and its transfers, ``(source device, destination
     device, seconds)`` each ``(C, P, Q)`` in record order (zero seconds: none; None: no
     transfer at all). Items with the same reader and producer configurations are costed
-    once."""
+    once.
+
+    ``memo`` (a dict kept for one build, with one ``lat`` and ``inv``): feeds whose
+    arrays are equal (the same boxes, devices and groups: the same layer shapes in
+    another module, an element-wise op reading like its neighbour) share their
+    geometry (intersections, transfers, which row each part pays); only the rows,
+    which carry the reader's names, are added again. The same floats either way."""
     gid = og.gid if gid is None else gid  # the reader's group per item (configuration, pair)
     sg = pc.gid if sg is None else sg  # the producer's
     # Each pair of reader and producer configurations is costed once.
     combo = gid * pc.K + sg
     uniq, back = np.unique(combo, return_inverse=True)
     back = np.asarray(back).reshape(-1)
-    rows, link = _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name,
-                            uniq // pc.K, uniq % pc.K)
+    geometry = None
+    if memo is not None:
+        key = (_own_digest(pc, "lo", "hi", "piece", "held", "first_dev", "partial",
+                           extra=(pc.itemsize, pc.K, pc.P)),
+               _own_digest(og, "valid", "dev"), _inbox_digest(memo, inbox), uniq.tobytes())
+        geometry = memo.get(key)
+    if geometry is None:
+        geometry = _feed_geometry(pc, inbox, og, lat, inv, uniq // pc.K, uniq % pc.K)
+        if memo is not None:
+            memo[key] = geometry
+    rows, link = _feed_rows(geometry, consumer, sink, reduce_name)
     if link is not None:
         link = tuple(x[back] for x in link)
     return rows[back], link
 
 
-def _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid, sg):
+def _own_digest(obj, *names, extra=()):
+    """:func:`_digest` of ``obj``'s arrays ``names`` (and ``extra``), kept on ``obj``."""
+    got = getattr(obj, "_digest", None)
+    if got is None:
+        got = _digest(*[getattr(obj, n) for n in names], np.asarray(extra, dtype=np.int64))
+        obj._digest = got
+    return got
+
+
+def _inbox_digest(memo, inbox):
+    """:func:`_digest` of a reader's box arrays (kept in ``memo`` by the arrays' identity:
+    they live in the build's Context as long as the memo does)."""
+    k = ("inbox", id(inbox[0]), id(inbox[1]))
+    got = memo.get(k)
+    if got is None:
+        got = memo[k] = _digest(*inbox)
+    return got
+
+
+def _feed_rows(geometry, consumer, sink, reduce_name):
+    """The rows of a feed's geometry (:func:`_feed_geometry`) added to ``sink`` under the
+    reader's names: ``(rows, link)``."""
+    shape, link, some, inverse, g, pi, kd, sz, flops, in_bytes, op_type = geometry
+    rows = np.full(shape, -1, dtype=np.int64)
+    if some is not None:
+        cons = consumer[g, pi]
+        name = np.where(kd == 2, reduce_name, np.where(
+            kd == 0, np.array([f"{c}/fddps_concat" for c in cons], dtype=object),
+            np.array([f"{c}/fddps_slice" for c in cons], dtype=object)))
+        base = sink.add_block(name, op_type, flops, in_bytes, sz, 0.0, None)
+        rows[some] = base + inverse
+    return rows, link
+
+
+def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
+    """What a feed's records are, for one item per pair of groups ``(gid[i], sg[i])``,
+    without the reader's names: ``(shape, link, some, inverse, g, pi, kind, size, flops,
+    input bytes, op type)`` (``some`` None: no row)."""
     C = len(gid)
     in_lo, in_hi = inbox
     L, H = in_lo[gid], in_hi[gid]  # (C, P, r)
     V = og.valid[gid]
     D = og.dev[gid]
     PL, PH = pc.lo[sg], pc.hi[sg]  # (C, Q, r)
-    # Each part's box against each piece, axis by axis (C, P, Q): the intersection's
-    # elements as a float product of its integer extents (exact below 2**53, as
-    # expand's float(math.prod(...))).
-    ok = pc.piece[sg][:, None, :] & V[:, :, None]
-    elements = np.ones(ok.shape)
-    for a in range(L.shape[2]):
-        e = (np.minimum(PH[:, None, :, a], H[:, :, None, a]) -
-             np.maximum(PL[:, None, :, a], L[:, :, None, a]))
+    Q, P, r = PL.shape[1], V.shape[1], L.shape[2]
+    # Each valid part's box against each piece, axis by axis, for the (item, part, piece)
+    # cells where both exist only (in C order: record order): the intersection's elements
+    # as a float product of its integer extents (exact below 2**53, as expand's
+    # float(math.prod(...))).
+    ci, pi, qi = np.nonzero(pc.piece[sg][:, None, :] & V[:, :, None])
+    si = sg[ci]
+    ok = np.ones(len(ci), dtype=bool)
+    elements = np.ones(len(ci))
+    for a in range(r):
+        e = (np.minimum(pc.hi[si, qi, a], H[ci, pi, a]) -
+             np.maximum(pc.lo[si, qi, a], L[ci, pi, a]))
         ok &= e > 0
-        elements *= e
+        # (1.0 times the first extent is that extent: the same floats as from ones)
+        elements = e.astype(np.float64) if a == 0 else elements * e
+    ci, pi, qi, si, elements = ci[ok], pi[ok], qi[ok], si[ok], elements[ok]
     item = pc.itemsize
     nbytes = elements * item
-    Q = PL.shape[1]
-    cidx = np.arange(C)[:, None, None]
-    local = pc.held[sg][cidx, np.arange(Q)[None, None, :], D[:, :, None]]
-    dst = np.broadcast_to(D[:, :, None], ok.shape)
-    src = np.where(local, dst, pc.first_dev[sg][:, None, :])
-    move = ok & (src != dst) & (nbytes > 0)
-    secs = np.where(move, lat[src, dst] + nbytes * inv[src, dst], 0.0)
-    link = (src, dst, secs) if move.any() else None
+    dst = D[ci, pi]
+    src = np.where(pc.held[si, qi, dst], dst, pc.first_dev[si, qi])
+    move = (src != dst) & (nbytes > 0)
+    link = None
+    if move.any():
+        # (C, P, Q) arrays, zero seconds where nothing moves (their devices then unread).
+        where = (ci[move], pi[move], qi[move])
+        s, d = src[move], dst[move]
+        link = tuple(np.zeros((C, P, Q), dtype=t) for t in (np.int64, np.int64, np.float64))
+        link[0][where], link[1][where] = s, d
+        link[2][where] = lat[s, d] + nbytes[move] * inv[s, d]
+    # Pieces each part reads, and the first of them (0 where none, as argmax).
+    flat = ci * P + pi
+    count = np.bincount(flat, minlength=C * P).reshape(C, P)
+    one = np.zeros(C * P, dtype=np.int64)
+    if len(flat):
+        first = np.flatnonzero(np.concatenate([[True], flat[1:] != flat[:-1]]))
+        one[flat[first]] = qi[first]
+    one = one.reshape(C, P)
     # The row paid: a reduce of partial sums, a concatenation of several pieces, or a
     # slice of one (none when it is the whole piece, or a view).
-    count = ok.sum(axis=-1)  # (C, P)
-    one = np.argmax(ok, axis=-1)
     partial = np.broadcast_to(pc.partial[sg][:, None], V.shape)
     kind = np.where(partial, 2, np.where(count > 1, 0, np.where(count == 1, 1, -1)))
     kind = np.where(V, kind, -1)
-    rows = np.full(V.shape, -1, dtype=np.int64)
     size = np.prod(H - L, axis=-1).astype(np.float64) * item
     plo, phi = PL[np.arange(C)[:, None], one], PH[np.arange(C)[:, None], one]  # (C, P, r)
     jlo, jhi = np.maximum(plo, L), np.minimum(phi, H)  # the first piece's intersection
     whole_piece = np.all((jlo == plo) & (jhi == phi), axis=-1)
     pext, jext = phi - plo, jhi - jlo
-    r = L.shape[2]
     if r >= 2:
         view = np.all((jlo[..., 1:] == plo[..., 1:]) & (jext[..., 1:] == pext[..., 1:]), axis=-1)
         view &= np.prod(pext[..., 1:], axis=-1) * item % SLICE_VIEW_ALIGNMENT == 0
@@ -589,17 +670,13 @@ def _feed_once(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid, sg):
         kd = kind[ci, pi]
         sz = size[ci, pi]
         cnt = count[ci, pi].astype(np.float64)
-        cons = consumer[g[ci, pi], pi]
-        name = np.where(kd == 2, reduce_name, np.where(
-            kd == 0, np.array([f"{c}/fddps_concat" for c in cons], dtype=object),
-            np.array([f"{c}/fddps_slice" for c in cons], dtype=object)))
         op_type = np.where(kd == 2, "AddN", np.where(kd == 0, "ConcatV2", "Slice")).astype(object)
         flops = np.where(kd == 2, sz / max(item, 1) * (cnt - 1), 0.0)
         in_bytes = np.where(kd == 2, sz * cnt, np.where(
             kd == 0, sz, np.prod(pext[ci, pi], axis=-1).astype(np.float64) * item))
-        base = sink.add_block(name, op_type, flops, in_bytes, sz, 0.0, None)
-        rows[some] = base + np.asarray(inverse).reshape(-1)
-    return rows, link
+        return (V.shape, link, some, np.asarray(inverse).reshape(-1), g[ci, pi], pi, kd, sz,
+                flops, in_bytes, op_type)
+    return (V.shape, link, None, None, None, None, None, None, None, None, None)
 
 
 def edge_table(ctx, u, v, readers, ku, kv):
@@ -653,7 +730,8 @@ def _edge_table(ctx, u, v, readers, ku, kv):
                 continue
             pc = ctx.pieces(src, port)
             rows, link = _feed(pc, ins[k], og, consumer, ctx.lat, ctx.inv, sink,
-                               f"{src}/fddps_reduce_{port}", gid, pc.gid[pair_cfg[other]])
+                               f"{src}/fddps_reduce_{port}", gid, pc.gid[pair_cfg[other]],
+                               memo=ctx.feeds)
             feed_rows.append(rows)
             links.append(link)
         _add_links(load, links)
