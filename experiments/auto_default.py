@@ -64,7 +64,9 @@ def place_both(graph_def, devices, fetches, cost_model, budget, call_budget="def
                          scheduled_ms=p.makespan * 1e3, place_s=seconds,
                          winner=p.info.get("search", "") if found else "",
                          written=",".join(written), skipped=",".join(found.get("skipped", {})),
-                         cut=",".join(found.get("cut", [])), load1=os.getloadavg()[0]))
+                         cut=",".join(found.get("cut", [])),
+                         budget_s=found.get("call_budget", {}).get("seconds", float("nan")),
+                         load1=os.getloadavg()[0]))
     return rows
 
 
@@ -120,7 +122,8 @@ def write_page(out, df, command, seconds):
     """The generated page ``auto_default.md`` (see :func:`experiments.common.write_results_page`)."""
     auto = df[df.algorithm == "auto"]
     cols = ["case", "algorithm", "step_ms", "scheduled_ms", "place_s", "winner",
-            "step_vs_default", "time_vs_default", "written", "skipped", "cut", "load1"]
+            "step_vs_default", "time_vs_default", "written", "skipped", "cut", "budget_s",
+            "load1"]
     return write_results_page(
         out, "`auto` against `place()`'s default",
         f"`step_ms`: the predicted step of what the placed graph runs; `scheduled_ms`: the "
@@ -128,7 +131,9 @@ def write_page(out, df, command, seconds):
         f"(comparable only as ratios inside one run); `winner`: what `auto` returned (a "
         f"search, a baseline, or `fddps (place's default)`: the default algorithm's own "
         f"placement); `written`: the candidates `auto` wrote and re-timed as GraphDefs "
-        f"(besides the default's placement); `load1`: the machine's 1-minute load average "
+        f"(besides the default's placement); `budget_s`: `auto`'s call budget (3x the "
+        f"seconds the default's reading and placing took inside the `auto` call); `load1`: "
+        f"the machine's 1-minute load average "
         f"after the call. `auto` predicted no slower than the default in "
         f"{int((auto.step_vs_default <= 1).sum())} of {len(auto)} cases; its seconds "
         f"{auto.time_vs_default.min():.1f}-{auto.time_vs_default.max():.1f}x the default's "

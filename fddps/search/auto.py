@@ -14,12 +14,14 @@ default algorithm's placement, which ``auto`` must never be predicted
 slower than, and the call then ends by ``call_budget`` times the seconds
 that took (reading the graph and placing it). Its own measurements put the
 gains there: every winner was FD-DPS's whole-op placement (a baseline) or
-the default's own, and writing and re-timing candidates as GraphDefs
-(``fddps.tf.search_place``) cost more than the searches. So the searches
-get a ``deadline`` that leaves one candidate's writing, and then only the
-candidates simulated faster than the default (``retime_within``) are
-written, fastest first, while a write fits. ``deadline=`` (a
-``time.perf_counter()`` instant) is that deadline.
+the default's own, and the searches were cut by their budget without
+winning. So only that baseline is simulated (``call_baselines``), it is
+written and re-timed as a GraphDef (``fddps.tf.search_place``) when its
+simulated step is below the default's (``retime_within``) and a write fits
+the time left, and ``fddps_space`` runs from it only when more than the
+baselines' seconds are left after a write (its answer written the same
+way); the other searches do not run (their ``deadline``, a
+``time.perf_counter()`` instant, is when the baselines end).
 
 In order, each from the time the ones before it left:
 
@@ -114,13 +116,15 @@ class AutoSearch(StrategySearch):
         the bar users accept; a write is estimated at the default's seconds,
         which measured above a write's, so the estimate holds the margin for
         what cannot be cut, the strategy layer's step graph and the
-        baselines). The searches get
-        what is left after reserving one candidate's writing; a candidate is
-        written and re-timed only when the seconds measured for a write so far
-        (the default's placement before the first) fit before the end. Cost:
-        on the six networks ``fddps_space``, Tofu, the DP and MCMC rarely get
-        time, and few candidates are re-timed (see ``retime_within``); gain:
-        ``auto`` takes about 3x the default's seconds, where it took 6-25x.
+        baselines). The baselines in ``call_baselines`` are simulated and
+        written first; a candidate is written and re-timed only when the
+        seconds measured for a write so far (the default's placement before
+        the first) fit before the end; ``fddps_space`` then runs only with
+        more than the baselines' seconds left after one more write, and Tofu,
+        the DP and MCMC do not run. Cost: what those searches would find
+        (on the six networks they were cut and never won); gain: ``auto``
+        takes at most about 3x the default's seconds, where it took 6-25x
+        (experiments.auto_default).
         ``None``: the earlier budget (``time_budget`` or ``budget_factor``,
         for the searches only, and every candidate below written). Ignored
         when ``time_budget`` is given.
@@ -132,20 +136,24 @@ class AutoSearch(StrategySearch):
         ``("fddps",)``: FD-DPS's whole-op placement, the baseline that won on
         five of the six networks; the default's own placement stands in for
         one device, which its order guard already compared with, and data
-        parallelism never won there). Cost: a model where data parallelism
-        wins is found only by the searches (MCMC starts from what was
-        simulated); gain: on ResNet-50 at 4 P100s the two simulations took 1.2
+        parallelism never won there). Cost: where data parallelism would
+        win, ``auto`` answers the default's or FD-DPS's placement; gain: on ResNet-50 at 4 P100s the two simulations took 1.2
         of auto's 2.5 s of baselines (profiled).
     retime_within : float
         With ``call_budget``: a candidate is written and re-timed only when its
         simulated step (the search's task graph) is below the default's
-        predicted step times ``1 + retime_within`` (default 0.1: the task graph
-        misses what the rewrite adds between parts, a few percent on the six
-        networks); fastest first. Cost: a candidate whose written step would be
-        far below its task graph's is missed (``auto`` then returns the
-        default's or another written placement, never one predicted slower
-        than the default); gain: the baselines far slower than the default
-        (one device, data parallelism on the CNNs) are not written.
+        predicted step times ``1 + retime_within`` (default 0: strictly
+        below); fastest first. On the six networks FD-DPS's whole-op placement
+        simulated exactly what it predicted as written; a split strategy's
+        task graph misses what the rewrite adds between parts (slices,
+        concatenations), so as written it is usually predicted slower than
+        simulated, not faster. Cost: a candidate whose
+        written step would be below its task graph's is missed (``auto`` then
+        returns the default's or another written placement, never one
+        predicted slower than the default); gain: no write of a candidate
+        that ties the default (the CPU quick start, where both keep one
+        device: 4.3 s of a 14.6 s profiled call) or is slower (one device,
+        data parallelism on the CNNs).
 
     Example
     -------
@@ -157,7 +165,7 @@ class AutoSearch(StrategySearch):
     name = "auto"
     options = dict(time_budget=None, budget_factor=2.0, max_proposals=2000, seed=0,
                    writable=False, progress=False, pase_share=0.6, fddps_space_share=1.0,
-                   deadline=None, call_budget=3.0, retime_within=0.1, baselines=None,
+                   deadline=None, call_budget=3.0, retime_within=0.0, baselines=None,
                    call_baselines=("fddps",))
 
     def __init__(self, **options):

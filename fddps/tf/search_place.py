@@ -37,9 +37,10 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
     ``time.perf_counter()`` instant the ``place()`` call began and the seconds
     its reading and the default's placement took. With the search's
     ``call_budget`` set (``auto``'s default) and no ``time_budget``, the call
-    ends by ``start + call_budget * default_seconds``: the searches get a
-    ``deadline`` that leaves one write's seconds, and the candidates are
-    written (:func:`_retime_within_budget`) only while a write fits.
+    ends by ``start + call_budget * default_seconds``: only the search's
+    ``call_baselines`` are simulated, written (:func:`_retime_within_budget`)
+    while a write fits, and ``fddps_space`` runs from FD-DPS's placement
+    when enough time is left (:func:`_search_within_budget`).
     ``info["call_budget"]`` says what was budgeted and measured.
 
     ``finalists``: when > 0, the placement's ``finalists`` holds up to that
