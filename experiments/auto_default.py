@@ -108,6 +108,8 @@ def _plot(df, png):
     axes[1].bar(x, auto["time_vs_default"], color="C1")
     axes[1].set_yscale("log")
     axes[1].set_ylim(bottom=1.0)  # the bars rise from "as long as the default"
+    axes[1].axhline(3.0, color="grey", lw=0.8, ls="--")  # the bar for a default: 3x its seconds
+    axes[1].annotate("3x", (len(auto) - 0.5, 3.0), ha="right", va="bottom", fontsize=7)
     axes[1].set_ylabel(f"auto's place() seconds / {DEFAULT}'s")
     for ax in axes:
         ax.set_xticks(x, labels, fontsize=7, rotation=30)
