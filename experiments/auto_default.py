@@ -7,10 +7,11 @@ GraphDef quick start (ResNet-50, batch 8, on 4 CPU devices of this process,
 which share its cores; cost model of this machine's CPU, unpinned, as a user
 gets it): ``fddps.place(graph_def, devices, fetches=[train_op, loss])`` with
 the default algorithm and with ``algorithm="auto"`` (by default with its call
-budget: the whole call within ``call_budget`` (2.5) times the seconds the
+budget: the whole call within ``call_budget`` (3) times the seconds the
 default's placement took inside it, ``--call-budget``; ``--call-budget none``:
 the searches' earlier budget, twice their baselines' seconds after them, and
-every candidate re-timed; ``--budget`` seconds: a fixed search budget). Reported per row: the predicted step of what the placed
+every candidate re-timed; ``--budget`` seconds: a fixed search budget).
+Reported per row: the predicted step of what the placed
 graph runs (``step_ms``: the executor's order for the default, which
 ``place`` does not enforce unless its order guard says so; the simulated
 strategy for ``auto``), the scheduled-order step of the default
@@ -24,7 +25,8 @@ Run::
 
     python -m experiments.auto_default                     # six networks + quick start
     python -m experiments.auto_default --models vgg16 --budget 10 --no-quickstart
-    python -m experiments.auto_default --quick             # a smoke test (~1 min)
+    python -m experiments.auto_default --quick             # a smoke test (~10 s)
+    python -m experiments.auto_default --call-budget none  # auto as before its call budget
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def main(argv=None):
     p.add_argument("--call-budget", default="default",
                    help="auto's call_budget: the whole call within this many times the "
                         "default's seconds ('none': the earlier budget of the searches only; "
-                        "default: auto's own, 2.5)")
+                        "default: auto's own, 3)")
     p.add_argument("--no-quickstart", action="store_true",
                    help="leave out README's quick start (ResNet-50 on 4 local CPU devices)")
     p.add_argument("--quick", action="store_true",

@@ -137,8 +137,9 @@ class AutoSearch(StrategySearch):
         five of the six networks; the default's own placement stands in for
         one device, which its order guard already compared with, and data
         parallelism never won there). Cost: where data parallelism would
-        win, ``auto`` answers the default's or FD-DPS's placement; gain: on ResNet-50 at 4 P100s the two simulations took 1.2
-        of auto's 2.5 s of baselines (profiled).
+        win, ``auto`` answers the default's or FD-DPS's placement; gain: on
+        ResNet-50 at 4 P100s the two simulations took 1.2 of auto's 2.5 s of
+        baselines (profiled).
     retime_within : float
         With ``call_budget``: a candidate is written and re-timed only when its
         simulated step (the search's task graph) is below the default's
