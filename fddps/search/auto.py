@@ -8,6 +8,21 @@ the six networks every winner was FD-DPS's whole-op placement read through
 the strategy layer), and they always run. ``time_budget=`` seconds gives a
 fixed budget instead, as before.
 
+Called by :func:`fddps.place` (``algorithm="auto"``), the budget is the whole
+call's instead (``call_budget``, default 3): ``place`` first makes the
+default algorithm's placement, which ``auto`` must never be predicted
+slower than, and the call then ends by ``call_budget`` times the seconds
+that took (reading the graph and placing it). Its own measurements put the
+gains there: every winner was FD-DPS's whole-op placement (a baseline) or
+the default's own, and the searches were cut by their budget without
+winning. So only that baseline is simulated (``call_baselines``), it is
+written and re-timed as a GraphDef (``fddps.tf.search_place``) when its
+simulated step is below the default's (``retime_within``) and a write fits
+the time left, and ``fddps_space`` runs from it only when more than the
+baselines' seconds are left after a write (its answer written the same
+way); the other searches do not run (their ``deadline``, a
+``time.perf_counter()`` instant, is when the baselines end).
+
 In order, each from the time the ones before it left:
 
 1. the baselines (one device, data parallelism, FD-DPS's whole-op
@@ -55,6 +70,10 @@ from .evaluate import StrategyEvaluator
 from .space import baseline_strategies
 
 
+#: The baselines :func:`~fddps.search.space.baseline_strategies` makes.
+BASELINE_NAMES = ("one device", "data parallel", "fddps")
+
+
 @register_search
 class AutoSearch(StrategySearch):
     """The best of the baselines, FD-DPS over the strategy space, Tofu, the DP and FlexFlow's MCMC.
@@ -82,6 +101,60 @@ class AutoSearch(StrategySearch):
     fddps_space_share : float
         The most of ``time_budget`` FD-DPS over the strategy space may take
         (default 1: all it needs, up to what the baselines left).
+    deadline : float or None
+        A ``time.perf_counter()`` instant by which the searches must end,
+        instead of ``time_budget`` or ``budget_factor`` (:func:`fddps.tf.place`
+        sets it from ``call_budget``). The baselines still always run; every
+        search after them, Tofu included, runs only while time is left (Tofu
+        also when no baseline fits).
+    call_budget : float or None
+        For :func:`fddps.tf.place` only (no effect on :meth:`fit`): the whole
+        ``place(..., algorithm="auto")`` call, reading, the default's
+        placement, the searches and writing the candidates included, is
+        budgeted to ``call_budget`` times the seconds the default algorithm's
+        placement took in the same call (its reading and placing; default 3:
+        the bar users accept; a write is estimated at the default's seconds,
+        which measured above a write's, so the estimate holds the margin for
+        what cannot be cut, the strategy layer's step graph and the
+        baselines). The baselines in ``call_baselines`` are simulated and
+        written first; a candidate is written and re-timed only when the
+        seconds measured for a write so far (the default's placement before
+        the first) fit before the end; ``fddps_space`` then runs only with
+        more than the baselines' seconds left after one more write, and Tofu,
+        the DP and MCMC do not run. Cost: what those searches would find
+        (on the six networks they were cut and never won); gain: ``auto``
+        takes at most about 3x the default's seconds, where it took 6-25x
+        (experiments.auto_default).
+        ``None``: the earlier budget (``time_budget`` or ``budget_factor``,
+        for the searches only, and every candidate below written). Ignored
+        when ``time_budget`` is given.
+    baselines : tuple of str or None
+        The baselines simulated and kept as candidates (None, the default: all
+        three, "one device", "data parallel" and "fddps").
+    call_baselines : tuple of str
+        ``baselines`` under :func:`fddps.tf.place`'s ``call_budget`` (default
+        ``("fddps",)``: FD-DPS's whole-op placement, the baseline that won on
+        five of the six networks; the default's own placement stands in for
+        one device, which its order guard already compared with, and data
+        parallelism never won there). Cost: where data parallelism would
+        win, ``auto`` answers the default's or FD-DPS's placement; gain: on
+        ResNet-50 at 4 P100s the two simulations took 1.2 of auto's 2.5 s of
+        baselines (profiled).
+    retime_within : float
+        With ``call_budget``: a candidate is written and re-timed only when its
+        simulated step (the search's task graph) is below the default's
+        predicted step times ``1 + retime_within`` (default 0: strictly
+        below); fastest first. On the six networks FD-DPS's whole-op placement
+        simulated exactly what it predicted as written; a split strategy's
+        task graph misses what the rewrite adds between parts (slices,
+        concatenations), so as written it is usually predicted slower than
+        simulated, not faster. Cost: a candidate whose
+        written step would be below its task graph's is missed (``auto`` then
+        returns the default's or another written placement, never one
+        predicted slower than the default); gain: no write of a candidate
+        that ties the default (the CPU quick start, where both keep one
+        device: 4.3 s of a 14.6 s profiled call) or is slower (one device,
+        data parallelism on the CNNs).
 
     Example
     -------
@@ -92,7 +165,9 @@ class AutoSearch(StrategySearch):
 
     name = "auto"
     options = dict(time_budget=None, budget_factor=2.0, max_proposals=2000, seed=0,
-                   writable=False, progress=False, pase_share=0.6, fddps_space_share=1.0)
+                   writable=False, progress=False, pase_share=0.6, fddps_space_share=1.0,
+                   deadline=None, call_budget=3.0, retime_within=0.0, baselines=None,
+                   call_baselines=("fddps",))
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -105,6 +180,24 @@ class AutoSearch(StrategySearch):
             if value > 1:
                 raise SearchError(f"option {share!r} must be a share in (0, 1], got {value!r}")
             setattr(self, share, value)
+        self.call_budget = positive("call_budget", self.call_budget, allow_none=True)
+        within = self.retime_within
+        if (isinstance(within, bool) or not isinstance(within, (int, float))
+                or not within >= 0 or within == float("inf")):
+            raise SearchError(f"option 'retime_within' must be a number >= 0, got {within!r}")
+        self.retime_within = float(within)
+        for option in ("baselines", "call_baselines"):
+            names = getattr(self, option)
+            if names is None and option == "baselines":
+                continue
+            if isinstance(names, str) or not set(names) <= set(BASELINE_NAMES) or not names:
+                raise SearchError(f"option {option!r} must name some of {BASELINE_NAMES}, "
+                                  f"got {names!r}")
+            setattr(self, option, tuple(names))
+        if self.deadline is not None and (isinstance(self.deadline, bool)
+                                          or not isinstance(self.deadline, (int, float))):
+            raise SearchError("option 'deadline' must be a time.perf_counter() instant, got "
+                              f"{self.deadline!r}")
 
     def fit(self, step, cluster, cost_model) -> SearchResult:
         """Search ``step`` on ``cluster``: the best candidate's :class:`SearchResult`."""
@@ -113,20 +206,30 @@ class AutoSearch(StrategySearch):
         starts = baseline_strategies(step, cluster, cost_model, writable=self.writable)
         candidates = {}
         for name, strategy in starts.items():
+            if self.baselines is not None and name not in self.baselines:
+                continue
             score = ev.full(strategy)
             candidates[name] = (strategy, score.makespan, score.peak, score.fits, score.cost)
         skipped, cut, seconds = {}, [], {"baselines": time.perf_counter() - t0}
-        relative = self.time_budget is None
-        budget = ((1.0 + self.budget_factor) * seconds["baselines"] if relative
-                  else self.time_budget)
+        relative = self.time_budget is None or self.deadline is not None
+        if self.deadline is not None:  # place()'s call budget: what it left the searches
+            budget = max(self.deadline - t0, 0.0)
+        elif self.time_budget is None:
+            budget = (1.0 + self.budget_factor) * seconds["baselines"]
+        else:
+            budget = self.time_budget
         end = t0 + budget
 
         def left():  # seconds left (a search started gets at least a sliver, never <= 0)
             return max(end - time.perf_counter(), 1e-9)
 
-        no_time = (f"no time left of the {budget:.3g} s budget"
-                   + (f" ({self.budget_factor:g}x the baselines' seconds after them)"
-                      if relative else ""))
+        if self.deadline is not None:
+            no_time = (f"no time left of the {budget:.3g} s place()'s call budget left the "
+                       "searches (call_budget)")
+        else:
+            no_time = (f"no time left of the {budget:.3g} s budget"
+                       + (f" ({self.budget_factor:g}x the baselines' seconds after them)"
+                          if relative else ""))
 
         def attempt(name, run, errors=(), always=False):
             """``run()``'s result, kept as a candidate; None when skipped (no time, or ``errors``)."""
@@ -212,7 +315,13 @@ def describe_search(info) -> str:
         written = found["written_steps"]
         base = [written[n] for n in ("one device", "data parallel", "fddps") if n in written]
         best = written[found["written_winner"]]
-        text += (f"; as written (with the ops the rewrite adds): {found['written_winner']} won, "
-                 f"{min(base) / best:.3g}x the best baseline; "
-                 + ", ".join(f"{n} {s * 1e3:.4g} ms" for n, s in written.items()))
+        text += (f"; as written (with the ops the rewrite adds): {found['written_winner']} won"
+                 + (f", {min(base) / best:.3g}x the best baseline written" if base else "")
+                 + "; " + ", ".join(f"{n} {s * 1e3:.4g} ms" for n, s in written.items()))
+        if "call_budget" in found:  # place()'s call budget (fddps.tf.search_place)
+            b = found["call_budget"]
+            text += (f"; call budget {b['seconds']:.3g} s ({b['factor']:g}x the default's "
+                     f"{b['default_seconds']:.3g} s), used {b.get('seconds_used', 0):.3g} s"
+                     + (f", not written: {', '.join(found['not_written'])}"
+                        if found.get("not_written") else ""))
     return text

@@ -84,7 +84,7 @@ def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=N
         placement = place_tofu(analysis, devices, cost_model, memory, fetches, unknown_dim,
                                options, finalists=finalists)
     elif algorithm in available_searches():
-        default = None
+        default, call = None, None
         if algorithm == "auto":  # never predicted slower than the default's own placement
             from ..algorithms import get_algorithm
 
@@ -92,9 +92,12 @@ def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=N
                                       memory, override=override, fetches=fetches,
                                       enforce_order=enforce_order,
                                       session_config=session_config, topology=topology)
+            # What place()'s default would have taken (reading and placing), for auto's
+            # call budget: measured in this call, so it scales with the graph and the load.
+            call = (t0, time.perf_counter() - t0)
         placement = place_searched(analysis, devices, algorithm, cost_model, memory,
                                    fetches=fetches, unknown_dim=unknown_dim, default=default,
-                                   finalists=finalists,
+                                   finalists=finalists, call=call,
                                    **options)
     else:
         placement = place_scheduled(analysis, devices, scheduler, cost_model, memory,

@@ -22,7 +22,7 @@ from .verify import ONE_DEVICE, distinct_finalists
 
 
 def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fetches=None,
-                   unknown_dim=1, default=None, finalists=0, **options):
+                   unknown_dim=1, default=None, finalists=0, call=None, **options):
     """Search a strategy with ``algorithm`` and place it; the :class:`~fddps.tf.placement.Placement`.
 
     ``info`` gains ``search`` (the search that found the strategy; for
@@ -32,6 +32,16 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
     same graph (``auto`` is given it): returned instead when the search's
     answer, as written, is not predicted faster, so ``auto`` is never
     predicted slower than the default.
+
+    ``call``: ``(start, default_seconds)`` for ``auto``'s call budget: the
+    ``time.perf_counter()`` instant the ``place()`` call began and the seconds
+    its reading and the default's placement took. With the search's
+    ``call_budget`` set (``auto``'s default) and no ``time_budget``, the call
+    ends by ``start + call_budget * default_seconds``: only the search's
+    ``call_baselines`` are simulated, written (:func:`_retime_within_budget`)
+    while a write fits, and ``fddps_space`` runs from FD-DPS's placement
+    when enough time is left (:func:`_search_within_budget`).
+    ``info["call_budget"]`` says what was budgeted and measured.
 
     ``finalists``: when > 0, the placement's ``finalists`` holds up to that
     many distinct placements to time (``place(..., verify=...)``): this one,
@@ -50,7 +60,14 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
     search = get_search(algorithm, writable=True, **options)
     analysis = analyse(graph_def, unknown_dim)
     cluster = make_cluster(devices, cost_model, memory)
+    budget = _call_budget(search, call, default)
     step = step_graph(analysis, fetches)
+    if budget is not None:
+        # Where the gains were measured first: the baselines, simulated (the searches
+        # after them are deferred, see _search_within_budget), then written.
+        search.deadline = time.perf_counter()
+        if search.baselines is None:
+            search.baselines = search.call_baselines
     result = search.fit(step, cluster, cost_model)
 
     read_cache = {}  # candidates that write the same GraphDef read it once
@@ -60,11 +77,21 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
                               fetches=fetches, unknown_dim=unknown_dim, step=step,
                               read_cache=read_cache)
 
-    placement, search_name = write(result.strategy), result.search
     written = {}
-    if result.candidates:
-        placement, search_name, written = _retime_written(result, placement, write,
-                                                          default=default)
+    if budget is not None:
+        placement, search_name, written = _retime_within_budget(
+            result, write, default, budget, search.retime_within)
+        if _search_within_budget(result, step, cluster, cost_model, budget, search):
+            placement, search_name, written = _retime_within_budget(
+                result, write, default, budget, search.retime_within, written=written,
+                names=["fddps_space"])
+        budget["seconds_used"] = time.perf_counter() - budget["start"]
+        result.info["call_budget"] = budget
+    else:
+        placement, search_name = write(result.strategy), result.search
+        if result.candidates:
+            placement, search_name, written = _retime_written(result, placement, write,
+                                                              default=default)
     decided = result.seconds + (default.info.get("decide_seconds", 0.0) if default else 0.0)
     placement.info.update(algorithm=algorithm, search=search_name, search_info=result.info,
                           search_seconds=result.seconds, decide_seconds=decided,
@@ -115,6 +142,126 @@ DEFAULT_PLACEMENT = "fddps (place's default)"
 
 def _same_strategy(a, b) -> bool:
     return a.default_device == b.default_device and dict(a.configs) == dict(b.configs)
+
+
+def _call_budget(search, call, default):
+    """``auto``'s call budget as a dict (``start``, ``end``, ``seconds``,
+    ``default_seconds``, ``factor``), or None when it does not apply (another
+    search, no default placement, ``call_budget=None``, or a ``time_budget``
+    or ``deadline`` given)."""
+    factor = getattr(search, "call_budget", None)
+    if (factor is None or call is None or default is None
+            or getattr(search, "time_budget", None) is not None
+            or getattr(search, "deadline", None) is not None):
+        return None
+    start, default_seconds = call
+    return dict(start=start, end=start + factor * default_seconds,
+                seconds=factor * default_seconds, default_seconds=default_seconds,
+                factor=factor)
+
+
+def _search_within_budget(result, step, cluster, cost_model, budget, search) -> bool:
+    """FD-DPS over the strategy space from FD-DPS's whole-op placement, in what
+    ``auto``'s call budget has left after the baselines were written; whether it ran.
+
+    It starts only when the time left, less one write (the longest measured so
+    far, or the default's seconds), is more than the baselines' seconds (its
+    indivisible piece, an FD-DPS schedule of the parts and a simulation, costs
+    about what they did; started with less it overran the budget, 2.1 s
+    for 0.9 s on ResNet-50). Its answer joins ``result``'s candidates as
+    ``"fddps_space"`` (``result.info["seconds"]``, ``["steps"]``, ``["fits"]``,
+    ``["cut"]``; ``["skipped"]`` says why when it did not run).
+    """
+    from ..search import get_search
+
+    info = result.info
+    estimate = max(budget.get("write_seconds", {}).values(), default=budget["default_seconds"])
+    left = budget["end"] - time.perf_counter() - estimate
+    start = result.candidates.get("fddps")
+    if start is None or left <= info["seconds"]["baselines"]:
+        info["skipped"]["fddps_space"] = (
+            "no time left of the call budget after the baselines were written"
+            if start is not None else "no FD-DPS placement to start from")
+        return False
+    t = time.perf_counter()
+    fs = get_search("fddps_space", writable=True, progress=search.progress, choose_share=1.0,
+                    time_budget=left).fit(step, cluster, cost_model, start=start)
+    info["skipped"].pop("fddps_space", None)
+    info["seconds"]["fddps_space"] = time.perf_counter() - t
+    if fs.info["out_of_time"]:
+        info["cut"].append("fddps_space")
+    result.candidates["fddps_space"] = fs.strategy
+    info["steps"]["fddps_space"], info["fits"]["fddps_space"] = fs.makespan, fs.fits
+    return True
+
+
+def _retime_within_budget(result, write, default, budget, within, written=None, names=None):
+    """``auto``'s answer under its call budget: the candidates that could beat the
+    default written and re-timed, fastest simulated first, while a write fits.
+
+    A candidate is written (:func:`~fddps.tf.strategy_rewrite.place_strategy`)
+    when it fits memory as simulated, its simulated step (the search's task
+    graph) is below the ``default`` placement's predicted step
+    (``executor_makespan``) times ``1 + within``, and the longest write so
+    far (before the first: ``budget["default_seconds"]``, what reading and
+    placing the graph took) ends before ``budget["end"]``; the first that
+    does not fit stops the writing (the others are slower as simulated). A
+    candidate with the same strategy as one written is not written again.
+    The answer is the fastest written candidate that fits, or the ``default``
+    placement (``DEFAULT_PLACEMENT``) when none is predicted faster: never
+    predicted slower than the default.
+
+    ``result.info`` gains ``written_steps``, ``written_winner`` and
+    ``not_written`` (candidate -> why); ``budget`` gains ``write_seconds``
+    (by candidate written). Returns the placement, the name of its candidate
+    and every candidate written (name -> placement), as :func:`_retime_written`.
+    ``written`` (what an earlier call returned) and ``names`` (the candidates
+    to consider now, default all): to write a candidate found later.
+    """
+    info = result.info
+    steps, fits = info["steps"], info["fits"]
+    limit = float(default.executor_makespan) * (1.0 + within)
+    names = list(result.candidates) if names is None else names
+    order = sorted((n for n in names if fits.get(n)), key=lambda n: steps[n])
+    not_written = info.setdefault("not_written", {})
+    not_written.update({n: "does not fit memory as simulated" for n in names if not fits.get(n)})
+    written = {n: p for n, p in (written or {}).items() if n != DEFAULT_PLACEMENT}
+    write_seconds = budget.setdefault("write_seconds", {})
+    estimate = max(write_seconds.values(), default=budget["default_seconds"])
+    with warnings.catch_warnings():  # one warning per unprofiled op type is enough
+        from costmodel import ProfileCoverageWarning
+
+        for k, name in enumerate(order):
+            strategy = result.candidates[name]
+            same = next((n for n in written if _same_strategy(result.candidates[n], strategy)),
+                        None)
+            if same is not None:
+                written[name] = written[same]
+                continue
+            if steps[name] >= limit:
+                not_written.update({n: f"simulated step not below the default's "
+                                       f"{default.executor_makespan * 1e3:.4g} ms x "
+                                       f"{1 + within:g}" for n in order[k:]})
+                break
+            if time.perf_counter() + estimate > budget["end"]:
+                not_written.update({n: f"no time left of the call budget "
+                                       f"({budget['factor']:g}x the default's "
+                                       f"{budget['default_seconds']:.3g} s) for a "
+                                       f"{estimate:.3g} s write" for n in order[k:]})
+                break
+            t = time.perf_counter()
+            written[name] = write(strategy)
+            write_seconds[name] = time.perf_counter() - t
+            estimate = max(write_seconds.values())
+            warnings.simplefilter("ignore", ProfileCoverageWarning)
+    steps_written = {n: float(p.makespan) for n, p in written.items()}
+    names = list(written) + [DEFAULT_PLACEMENT]
+    written[DEFAULT_PLACEMENT] = default
+    steps_written[DEFAULT_PLACEMENT] = float(default.executor_makespan)
+    fitting = [n for n in names if _fits(written[n])] or names
+    best = min(fitting, key=lambda n: (steps_written[n], names.index(n)))
+    info.update(written_steps=steps_written, written_winner=best)
+    return written[best], best, written
 
 
 def _retime_written(result, placement, write, runners_up: int = 2, default=None):
