@@ -241,6 +241,12 @@ def _run_shared(flow, order, cluster, trace=None):
     Rates change only when a task starts or finishes, so the simulation jumps
     from event to event; a task alone finishes exactly ``duration`` (or
     ``latency + bytes / bandwidth``) after it starts, as in :func:`_run`.
+    Wires that start or finish at one instant are re-rated once, after every
+    event of that instant (the rates between would last no time): the parts
+    of a data-parallel step move their tensors in lockstep, and re-rating
+    every wire of a resource at each join and each finish made replaying
+    them quadratic in the wires a resource carries at once (each re-rating
+    also leaves a stale event on the heap).
 
     ``trace``, a list, receives ``(time, task, rate)`` whenever a task's rate
     is set (0 when it finishes): what the tests check capacities with.
@@ -343,7 +349,16 @@ def _run_shared(flow, order, cluster, trace=None):
         if indeg[i] == 0:
             push(0.0, 2, i)
     done = 0
-    while events:
+    # Wires whose share of a resource changed at time ``pending_t``, re-rated once all
+    # events at that time are handled: when many wires start or end at one instant (the
+    # parts of a data-parallel step run in lockstep), re-rating every wire of a resource
+    # at each of them would set rates that last no time, each pushing an event.
+    pending, pending_t, moving = set(), 0.0, set()
+    while events or pending:
+        if pending and (not events or events[0][0] > pending_t):
+            rewire(sorted(pending & moving), pending_t)
+            pending.clear()
+            continue
         t, kind, _, i, ver = heapq.heappop(events)
         if kind == 2:                                   # start
             start[i] = t
@@ -366,11 +381,12 @@ def _run_shared(flow, order, cluster, trace=None):
                 push(t, 0, i, version[i])
                 continue
             remaining[i], rate[i] = w_bytes[w], 0.0
-            affected = {i}
+            moving.add(i)
+            pending.add(i)
             for res in w_path[w]:
                 on_resource[res].add(i)
-                affected |= on_resource[res]
-            rewire(affected, t)
+                pending |= on_resource[res]
+            pending_t = t
             continue
         if ver != version[i]:
             continue                                    # its rate changed since
@@ -379,16 +395,16 @@ def _run_shared(flow, order, cluster, trace=None):
         if trace is not None and rate[i] > 0:
             trace.append((t, i, 0.0))
         rate[i] = 0.0
+        moving.discard(i)
         g = group[i]
         if g >= 0 and i in members[g]:
             members[g].discard(i)
             regroup(g, t)
         elif i in wire_of and w_path[wire_of[i]]:
-            affected = set()
             for res in w_path[wire_of[i]]:
                 on_resource[res].discard(i)
-                affected |= on_resource[res]
-            rewire(affected, t)
+                pending |= on_resource[res]
+            pending_t = t
             if i in fifo_path:
                 for r in fifo_path[i]:
                     holder[r] = -1

@@ -75,6 +75,32 @@ def test_transfers_through_one_nic_share_its_bandwidth():
         fddps.simulate(g, free, [0, 1, 1, 0]).makespan
 
 
+def test_wires_that_start_at_one_instant_are_rated_once():
+    # ``a`` on host 0 feeds four ops on host 1: four 1 MB wires start together through
+    # one 1 MB/s NIC. Each is given its quarter of the NIC once (not once per wire that
+    # joins at that instant: such rates last no time, and re-rating every wire of a
+    # resource at each join made data parallelism on 64 GPUs quadratic), and all four
+    # finish together, 4 s later.
+    n = 4
+    g = fork(n, nbytes=1e6)
+    free = Cluster.multi_host(2, n, intra_bandwidth=1e9, inter_bandwidth=1e6)
+    nic = TOPOLOGIES["10gbe"].__class__("test", nic_bandwidth=1e6)
+    shared = free.with_sharing(link_resources=link_resources(free.devices, nic))
+    device = np.array([0] + [n + k for k in range(n)])
+    order = [np.array([0])] + [np.array([], dtype=np.int64)] * (n - 1) + \
+        [np.array([k + 1]) for k in range(n)]
+    trace = []
+    start, finish, _ = _replay_flow(g, shared, device, order, trace=trace)
+    t0 = min(t for t, _, r in trace if r > 0)
+    joined = [r for t, _, r in trace if t == t0]
+    assert joined == [pytest.approx(1e6 / n)] * n
+    t1 = max(t for t, _, _ in trace)
+    assert t1 - t0 == pytest.approx(n * 1.0)
+    assert [r for t, _, r in trace if t == t1] == [0.0] * n
+    assert len(trace) == 2 * n
+    assert finish[1:n + 1].tolist() == pytest.approx([t1 + 1.0] * n)  # the four readers
+
+
 def test_a_fifo_channel_ships_one_tensor_at_a_time_in_the_order_they_became_ready():
     # Task A (devices x, z) sends to task B (y, w) over 1 MB/s: a0 (done at 1 s)
     # 2 MB to b0, a1 (done at 1.5 s) 0.1 MB to b1.

@@ -143,11 +143,28 @@ def test_flexflow_and_auto_prefer_a_plan_that_fits(step, cm):
                for n, ok in a.info["fits"].items() if ok)
 
 
-def test_experiment_smoke_run_writes_csv_and_page(tmp_path):
+def test_experiment_smoke_run_writes_csv_and_page(tmp_path, capsys):
+    import pandas as pd
+
     from experiments import flexflow as exp
 
-    exp.main(["--quick", "--figure", "6,5", "--out", str(tmp_path)])
+    exp.main(["--quick", "--figure", "6,7,5", "--starts", "data parallel,random,expert",
+              "--out", str(tmp_path)])
     fig6 = (tmp_path / "flexflow_fig6.csv").read_text()
     assert "expert" in fig6 and "flexflow" in fig6
     page = (tmp_path / "flexflow.md").read_text()
     assert "## Fig. 6" in page and "## Table 5" in page and "What differs" in page
+    # Fig. 7: its three rows, the starts asked for, and the must-hold judged from the CSV.
+    fig7 = pd.read_csv(tmp_path / "flexflow_fig7.csv").set_index("strategy")
+    assert list(fig7.index) == ["data parallel", "expert", "flexflow"]
+    assert [s.rsplit(" ", 2)[0] for s in fig7.loc["flexflow", "starts"].split("; ")] == \
+        ["data parallel", "random", "expert"]
+    assert fig7["fits"].dtype == bool and fig7.loc["flexflow", "chains"]
+    assert "## Fig. 7" in page and "Issue 30's must-hold at 2 devices" in page
+    ratios = exp.fig7_ratios(fig7.reset_index()).set_index("strategy")
+    assert ratios.loc["data parallel", "over_dp"] == 1.0
+    assert ratios.loc["flexflow", "over_expert"] == pytest.approx(
+        fig7.loc["expert", "step_s"] / fig7.loc["flexflow", "step_s"])
+    with pytest.raises(SystemExit):
+        exp.main(["--quick", "--figure", "7", "--starts", "pipeline", "--out", str(tmp_path)])
+    assert "unknown --starts 'pipeline'; choose from data parallel, random" in capsys.readouterr().err
