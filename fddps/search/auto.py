@@ -313,7 +313,7 @@ def describe_search(info) -> str:
             f"and whole-op placement; predicted steps: {steps}")
     if "written_steps" in found:  # re-timed on the rewritten GraphDefs (fddps.tf.search_place)
         written = found["written_steps"]
-        base = [written[n] for n in ("one device", "data parallel", "fddps") if n in written]
+        base = [written[n] for n in BASELINE_NAMES if n in written]
         best = written[found["written_winner"]]
         text += (f"; as written (with the ops the rewrite adds): {found['written_winner']} won"
                  + (f", {min(base) / best:.3g}x the best baseline written" if base else "")

@@ -64,10 +64,11 @@ def place_searched(graph_def, devices, algorithm, cost_model, memory=None, *, fe
     step = step_graph(analysis, fetches)
     if budget is not None:
         # Where the gains were measured first: the baselines, simulated (the searches
-        # after them are deferred, see _search_within_budget), then written.
-        search.deadline = time.perf_counter()
-        if search.baselines is None:
-            search.baselines = search.call_baselines
+        # after them are deferred, see _search_within_budget), then written. The
+        # search is configured for that through its options, not changed after them.
+        search = get_search(algorithm, writable=True, **{
+            **options, "deadline": time.perf_counter(),
+            "baselines": search.baselines or search.call_baselines})
     result = search.fit(step, cluster, cost_model)
 
     read_cache = {}  # candidates that write the same GraphDef read it once
