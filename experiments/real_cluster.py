@@ -70,6 +70,8 @@ PREDICTIONS = {"predicted": "place()'s schedule",
                "predicted_executor": "place()'s prediction of the step TF runs",
                "predicted_tf_order": "TensorFlow's executor order",
                "predicted_tf_order_transfer_cpu": "TF order, concurrent-transfer CPU cost",
+               "predicted_many_at_once": "the same, each transfer at the many-at-once cost "
+                                         "(not amortised over the transfers in flight)",
                "predicted_channels": "TF order, that cost, FIFO gRPC channels"}
 #: Strategies run with ``place(..., strategy=...)``: those of the strategy layer
 #: (``fddps.strategy``) and ``head_data_parallel``, written here for the networks of
@@ -267,7 +269,7 @@ def measure_steps(graph_defs, fetches, init, target, *, steps=10, warmup=3, conf
     return out
 
 
-def _tf_order(schedule, cluster, enforced) -> float:
+def _tf_order(schedule, cluster, enforced, amortise_transfers=True) -> float:
     """The schedule's step as TensorFlow's executor runs it on ``cluster``: in its own
     order, or in the scheduled one when order edges enforce it; NaN without that cluster."""
     from fddps import simulate
@@ -275,7 +277,8 @@ def _tf_order(schedule, cluster, enforced) -> float:
     if cluster is None:
         return np.nan
     return simulate(schedule.graph, cluster, schedule.device,
-                    order=schedule.order if enforced else None, policy="tensorflow").makespan
+                    order=schedule.order if enforced else None, policy="tensorflow",
+                    amortise_transfers=amortise_transfers).makespan
 
 
 def replay(saved) -> pd.DataFrame:
@@ -284,9 +287,9 @@ def replay(saved) -> pd.DataFrame:
     Each saved placement keeps its measured step and what it was predicted from
     (``graph``, ``device``, ``order``, ``cluster``, ``cpu_cluster``): the prediction
     columns that come from the simulator (``predicted_executor``, ``predicted_tf_order``,
-    ``predicted_tf_order_transfer_cpu``, ``predicted_channels``) are recomputed, so a
-    change to the executor or transfer model is scored against steps already measured,
-    without the cluster. The placements themselves are not made again: what ``place()``
+    ``predicted_tf_order_transfer_cpu``, ``predicted_many_at_once``, ``predicted_channels``)
+    are recomputed, so a change to the executor or transfer model is scored against
+    steps already measured, without the cluster. The placements themselves are not made again: what ``place()``
     would now choose needs a fresh run.
 
     Parameters
@@ -308,6 +311,7 @@ def replay(saved) -> pd.DataFrame:
         tf_order = _tf_order(schedule, cluster, enforced)  # what place() now predicts
         row.update(predicted_executor=tf_order, predicted_tf_order=tf_order,
                    predicted_tf_order_transfer_cpu=_tf_order(schedule, cpu, enforced),
+                   predicted_many_at_once=_tf_order(schedule, cpu, enforced, False),
                    predicted_channels=_tf_order(schedule, _with_channels(cpu), enforced))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -454,6 +458,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            predicted_tf_order=_tf_order(s, p.cluster, enforced),
                            # Both: TensorFlow's order with the concurrent-transfer cost.
                            predicted_tf_order_transfer_cpu=_tf_order(s, cpu_cluster, enforced),
+                           # The same before amortising (fddps.simulate.amortised_shares).
+                           predicted_many_at_once=_tf_order(s, cpu_cluster, enforced, False),
                            # And transfers queued first in first out on one gRPC channel
                            # per pair of workers (fddps.tf.devices.grpc_channels).
                            predicted_channels=_tf_order(s, _with_channels(cpu_cluster), enforced),

@@ -50,9 +50,39 @@ def test_concurrent_small_transfers_cost_their_cpu_not_their_latency(k):
     g = OpGraph(names, cost=np.zeros(2 * k), edges=[(f"p{j}", f"c{j}", 0.0) for j in range(k)])
     placement = {**{f"p{j}": "cpu0" for j in range(k)}, **{f"c{j}": "cpu1" for j in range(k)}}
     before = fddps.simulate(g, cpu_pair(), placement).makespan
-    after = fddps.simulate(g, cpu_pair((1e-4, np.inf)), placement).makespan
+    after = fddps.simulate(g, cpu_pair((1e-4, np.inf)), placement, amortise_transfers=False).makespan
     assert before == pytest.approx((k + 1) * LAT / 2)
     assert after == pytest.approx((k - 1) * 1e-4 + LAT)
+    # Amortised (the default): each pays the marginal cost plus 1 / (transfers in flight
+    # with it) of the rest of its one-alone cost, so between the two.
+    amortised = fddps.simulate(g, cpu_pair((1e-4, np.inf)), placement).makespan
+    assert after - 1e-12 <= amortised <= before + 1e-12
+    assert (amortised > after) == (k > 1)
+
+
+def test_amortised_shares_count_the_transfers_in_flight_on_the_same_link():
+    """Three tensors cpu0 -> cpu1 at once and one cpu1 -> cpu0 alone."""
+    import importlib
+
+    sim = importlib.import_module("fddps.simulate")
+    g = OpGraph(["a", "b", "c", "x", "y", "z", "u", "v"], cost=np.zeros(8),
+                edges=[("a", "x", 0.0), ("b", "y", 0.0), ("c", "z", 0.0), ("u", "v", 0.0)])
+    device = np.array([0, 0, 0, 1, 1, 1, 1, 0])
+    cluster = cpu_pair((1e-4, np.inf))
+    et = g.exec_times(cluster)
+    order = sim.executor_order(g, cluster, device, et)
+    start, finish, flow = sim._replay_flow(g, cluster, device, order, et)
+    share = sim.amortised_shares(flow, start, finish, cluster)
+    marginal = 2 * 1e-4 / LAT
+    by_link = dict(zip(zip(flow.dev[flow.sends].tolist(), flow.dst.tolist(), flow.producer.tolist()),
+                       share.tolist()))
+    assert by_link[(1, 0, g.index["u"])] == pytest.approx(1.0)     # alone: its whole T
+    three = [by_link[(0, 1, g.index[p])] for p in "abc"]
+    assert three == pytest.approx([marginal + (1 - marginal) / 3] * 3)
+    # Without a fitted cost there is nothing to amortise: the same step either way.
+    plain = cpu_pair()
+    assert fddps.simulate(g, plain, device).makespan == fddps.simulate(
+        g, plain, device, amortise_transfers=False).makespan
 
 
 def test_schedules_with_a_transfer_cpu_cost_validate_and_are_no_slower():
