@@ -739,7 +739,6 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
     Q = pc.lo.shape[1]
     if r and np.prod((in_hi - in_lo).astype(np.float64), axis=-1).max(initial=0.0) >= 2.0 ** 53:
         return _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg)
-    C = len(gid)
     item = pc.itemsize
     el = _elements(pc, inbox, og, gid, sg)
     ok = el > 0
