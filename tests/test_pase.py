@@ -419,3 +419,103 @@ def test_vectorised_vertex_tables_equal_the_record_by_record_costing(mlp, k, mon
         _assert_same_tables(build_tables(step, cluster, CM, vertices, configs),
                             build_tables(step, cluster, CM, vertices, configs, vectorised=False))
     assert made and all(t is not None for t in made)
+
+
+def _geometry_calls(step, k):
+    """Every ``_feed_geometry`` call of one table build of ``step`` at ``k`` devices: its
+    arguments (the feeds of the vertex and edge tables)."""
+    from fddps.search import pase_vertex_tables as pvt
+
+    calls, real = [], pvt._feed_geometry
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+
+    devices, vertices, configs = _space(step, k)
+    pvt._feed_geometry = spy
+    try:
+        build_tables(step, CM.cluster(devices), CM, vertices, configs)
+    finally:
+        pvt._feed_geometry = real
+    return calls
+
+
+def _same_geometry(a, b):
+    """Field by field, bit for bit (arrays: dtype, shape and values; None where None)."""
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(
+            _same_geometry(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_table_driven_feed_geometry_equals_the_cell_by_cell_intersections(k):
+    # pase_vertex_tables._feed_geometry takes each part's shared elements with each piece
+    # from per-axis overlap tables of the distinct intervals (spread over every pair of
+    # groups at once where nearly all pairs are items); _feed_geometry_cells intersects
+    # every (item, part, piece) box axis by axis. Same transfers, piece counts and rows,
+    # bit for bit, on every feed of two small CNNs, for the build's own items (cross
+    # products and vertex configurations) and for random pairs of groups (the per-item
+    # path) and all pairs (the cross path), convolutions' halos and partial sums included.
+    from fddps.search import pase_vertex_tables as pvt
+
+    rng = np.random.default_rng(k)
+    calls = _geometry_calls(_small_cnn(), k) + _geometry_calls(_resnet_block(), k)
+    assert len(calls) > 20
+    paths = set()
+    for pc, inbox, og, lat, inv, gid, sg in calls:
+        K, Kp = og.valid.shape[0], pc.K
+        every = np.arange(K * Kp)
+        some = np.sort(rng.choice(every, size=min(len(every), 1 + len(every) // 4),
+                                  replace=False))
+        for g, s in ((gid, sg), (every // Kp, every % Kp), (some // Kp, some % Kp)):
+            paths.add(2 * len(g) >= K * Kp)
+            fast = pvt._feed_geometry(pc, inbox, og, lat, inv, g, s)
+            assert _same_geometry(fast, pvt._feed_geometry_cells(pc, inbox, og, lat, inv, g, s))
+    assert paths == {True, False}  # both ways of spreading the tables were compared
+
+
+def test_feed_geometry_comparison_fails_when_one_cell_differs(monkeypatch):
+    # The pin above can fail: one cell's shared elements off by one (a transfer's bytes)
+    # makes the geometry differ from the cell-by-cell one, and the tables differ from the
+    # record-by-record costing; a box too large for exact float products (2**53 elements)
+    # takes the cell-by-cell path.
+    from fddps.search import pase_vertex_tables as pvt
+
+    step = _small_cnn()
+    calls = _geometry_calls(step, 2)
+    real = pvt._elements
+
+    def off_by_one(pc, inbox, og, gid, sg):
+        el = np.array(real(pc, inbox, og, gid, sg))
+        met = np.flatnonzero(el > 0)
+        if len(met):
+            el.reshape(-1)[met[-1]] += 1.0
+        return el
+
+    monkeypatch.setattr(pvt, "_elements", off_by_one)
+    moved = [c for c in calls if pvt._feed_geometry_cells(*c)[1] is not None]
+    assert moved and not all(_same_geometry(pvt._feed_geometry(*c), pvt._feed_geometry_cells(*c))
+                             for c in moved)
+    devices, vertices, configs = _space(step, 2)
+    cluster = CM.cluster(devices)
+    with pytest.raises(AssertionError):
+        _assert_same_tables(build_tables(step, cluster, CM, vertices, configs),
+                            build_tables(step, cluster, CM, vertices, configs, vectorised=False))
+    monkeypatch.setattr(pvt, "_elements", real)
+    # Scaled by 2**20 per axis, a rank-4 box passes 2**53 elements: the cell-by-cell path.
+    pc, inbox, og, lat, inv, gid, sg = next(c for c in calls if c[1][0].shape[2] == 4)
+    big = 2 ** 20
+    pc2 = type(pc).__new__(type(pc))
+    pc2.__dict__.update({a: v for a, v in pc.__dict__.items() if a != "_intervals"})
+    pc2.lo, pc2.hi = pc.lo * big, pc.hi * big
+    inbox2 = (inbox[0] * big, inbox[1] * big)
+    monkeypatch.setattr(pvt, "_elements", lambda *a: pytest.fail("took the tables"))
+    assert _same_geometry(pvt._feed_geometry(pc2, inbox2, og, lat, inv, gid, sg),
+                          pvt._feed_geometry_cells(pc2, inbox2, og, lat, inv, gid, sg))
