@@ -16,6 +16,11 @@
   simulation over ``--table5-proposals`` random proposals from data
   parallelism (the searches' inner loop), and the search time a fixed number
   of proposals would take each way, beside the paper's table.
+- **beta** (``--figure beta``): FlexFlow's search once per rule for Equation
+  1's ``beta`` (``--beta-references``; the ``beta_reference`` option of
+  :class:`fddps.search.flexflow.FlexFlowSearch`) on ``--models`` at
+  ``--devices``, same seed, starts and budget: per chain, its start's and
+  best step, proposals, accepted ones, worse ones accepted, its ``beta``.
 
 Every strategy is expanded and simulated with the first-in-first-out
 executor per device and shared network interfaces and PCIe switches
@@ -38,6 +43,8 @@ Run::
     python -m experiments.flexflow --quick              # a smoke run (seconds)
     python -m experiments.flexflow --figure 6 --models alexnet,rnntc --devices 4,16 --budget 60
     python -m experiments.flexflow --figure 7 --budget 120
+    python -m experiments.flexflow --figure beta --models alexnet --devices 16 --budget 90
+    python -m experiments.flexflow --markdown-only      # the page from the CSVs
 
 Results: ``experiments/results/flexflow_fig6.csv``, ``flexflow_fig7.csv``,
 ``flexflow_table5.csv`` and the page ``experiments/results/flexflow.md``
@@ -558,6 +565,17 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
             parts.append(f"\nAt {int(multi['devices'].iloc[0])} devices FlexFlow's search is "
                          f">= 1.3x over data parallelism on {good} of {len(multi)} models and "
                          f"below it on {worse}.\n")
+            if "chains" in multi:  # what each chain of the search made of its start
+                told = multi[multi["chains"].notna()]
+                if len(told):
+                    parts.append(f"\nFlexFlow's chains at {int(multi['devices'].iloc[0])} "
+                                 "devices (each start's step -> the chain's best; rows from "
+                                 "runs that recorded them):\n")
+                    parts.append("\n".join(
+                        f"- {r['model']} ({int(r['proposals'])} proposals, "
+                        f"{int(r['accepted'])} accepted, {r['search_s']:.0f} s of a "
+                        f"{r['budget_s']:.0f} s budget; best from `{r['start']}`): "
+                        f"{r['chains']}." for _, r in told.iterrows()) + "\n")
     fig7 = out_dir / "flexflow_fig7.csv"
     if fig7.exists():
         parts.append(fig7_section(pd.read_csv(fig7)))
@@ -616,11 +634,14 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
   rows' `speedup_over_dp` is far above the paper's 1.3-3.3x and says little;
   compare them with the expert strategy, which shares the artifact with 4
   replicas instead of 16.
-- **Where FlexFlow's best comes from** (`start`): with a proposal costing
-  seconds here, the RNN searches spent their budget simulating their four
-  starts (each start is always simulated) and made no proposals; their
-  result is FD-DPS's whole-op placement, one of our added starts, which
-  moves no weights. AlexNet's and ResNet-101's are the expert strategy's.
+- **Where FlexFlow's best comes from** (`start`): the RNN rows' best is
+  FD-DPS's whole-op placement, one of our added starts, which moves no
+  weights; what the proposals added to each start is in the chains listed
+  under Fig. 6 (rows from before the simulator's re-rating fix of
+  2026-11-26 made no proposals and list none). A random strategy's
+  proposals take tens of seconds each here (its ops split up to 16 ways on
+  random devices), so its chain makes few. AlexNet's and ResNet-101's best
+  is the expert strategy's.
 - **Unrolled steps**: the `seq_length` column gives the RNNs' unrolled
   steps; the paper's are 40. Op count, and so expansion and simulation time,
   grows with them, and a run with fewer keeps the RNNs' searches within this
@@ -662,6 +683,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke run: AlexNet on 1 and 2 GPUs, 3 proposals, 5 s budgets")
     p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--markdown-only", action="store_true",
+                   help="regenerate flexflow.md from the CSVs in --out, run nothing")
     args = p.parse_args(argv)
     args.argv = list(argv if argv is not None else __import__("sys").argv[1:])
     from pathlib import Path
@@ -713,6 +736,9 @@ def _main(args, p, out):
             df = _with_ratios(df)
         df.to_csv(path, index=False)
 
+    if args.markdown_only:
+        print(write_page(out, command))
+        return
     seq = args.seq_length
     if "6" in figures:  # saved after each model, so a cut run keeps what it finished
         for model in models:

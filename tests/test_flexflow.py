@@ -165,6 +165,11 @@ def test_experiment_smoke_run_writes_csv_and_page(tmp_path, capsys):
     assert ratios.loc["data parallel", "over_dp"] == 1.0
     assert ratios.loc["flexflow", "over_expert"] == pytest.approx(
         fig7.loc["expert", "step_s"] / fig7.loc["flexflow", "step_s"])
+    # --markdown-only writes the same page from the CSVs, running nothing
+    (tmp_path / "flexflow.md").unlink()
+    exp.main(["--markdown-only", "--out", str(tmp_path)])
+    again = (tmp_path / "flexflow.md").read_text()
+    assert again.split("\n", 3)[3] == page.split("\n", 3)[3]  # all but the command line
     with pytest.raises(SystemExit):
         exp.main(["--quick", "--figure", "7", "--starts", "pipeline", "--out", str(tmp_path)])
     assert "unknown --starts 'pipeline'; choose from data parallel, random" in capsys.readouterr().err
