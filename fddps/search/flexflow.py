@@ -36,7 +36,12 @@ What the paper says, and what this module does by default:
   AlexNet at 16 P100s (``python -m experiments.flexflow --figure beta
   --models alexnet --devices 16 --budget 90``, 2026-11-26) all three rules
   found the same best step (data parallelism's chain 0.540 -> 0.485 s, the
-  random chain 4.17 -> 3.88-3.95 s; ``experiments/results/flexflow.md``).
+  random chain 4.17 -> 3.88-3.95 s). On RNNTC (10 steps) at 16 P100s from
+  data parallelism, a random strategy and FD-DPS's placement (150 s each) a
+  beta per chain did what it is for, FD-DPS's chain (20x faster than data
+  parallelism) accepting 14 of 24 worse proposals with ``"chain start"``
+  against 27 of 29 with one ``beta``, but every rule found the same best,
+  0.1207 s from that chain's 0.1231 s (``experiments/results/flexflow.md``).
 - **Starts** (Sections 6.2 and 8): data parallelism
   (:func:`~fddps.search.flexflow_starts.sample_parallel`) and a random
   strategy (:func:`~fddps.search.flexflow_starts.random_strategy`), the
