@@ -16,6 +16,11 @@
   simulation over ``--table5-proposals`` random proposals from data
   parallelism (the searches' inner loop), and the search time a fixed number
   of proposals would take each way, beside the paper's table.
+- **beta** (``--figure beta``): FlexFlow's search once per rule for Equation
+  1's ``beta`` (``--beta-references``; the ``beta_reference`` option of
+  :class:`fddps.search.flexflow.FlexFlowSearch`) on ``--models`` at
+  ``--devices``, same seed, starts and budget: per chain, its start's and
+  best step, proposals, accepted ones, worse ones accepted, its ``beta``.
 
 Every strategy is expanded and simulated with the first-in-first-out
 executor per device and shared network interfaces and PCIe switches
@@ -38,6 +43,8 @@ Run::
     python -m experiments.flexflow --quick              # a smoke run (seconds)
     python -m experiments.flexflow --figure 6 --models alexnet,rnntc --devices 4,16 --budget 60
     python -m experiments.flexflow --figure 7 --budget 120
+    python -m experiments.flexflow --figure beta --models alexnet --devices 16 --budget 90
+    python -m experiments.flexflow --markdown-only      # the page from the CSVs
 
 Results: ``experiments/results/flexflow_fig6.csv``, ``flexflow_fig7.csv``,
 ``flexflow_table5.csv`` and the page ``experiments/results/flexflow.md``
@@ -307,6 +314,73 @@ def table5(models, device_counts, cluster_name, proposals, seed=0, log=print, se
     return df
 
 
+def beta_comparison(models, device_counts, cluster_name, budget, proposals,
+                    references=("first start", "chain start", "chain best"), starts=None,
+                    seed=0, log=print, seq_length=None):
+    """FlexFlow's search once per ``beta_reference`` on one step: one row per chain.
+
+    Each row: the chain's start, its start's and best simulated step, its
+    proposals, how many were accepted, how many were worse than the current
+    strategy and how many of those were accepted, its ``beta`` (1/s) when it
+    stopped, and why it stopped. Every search gets the same budget, seed
+    and starts (default the paper's two), so the rows differ only by the
+    rule for ``beta`` (and by the machine's load: budgets are wall-clock).
+    """
+    tf_quiet()
+    from fddps.cluster_presets import preset_cluster
+    from fddps.search import get_search
+    from fddps.search.flexflow import PAPER_STARTS
+
+    rows = []
+    for model in models:
+        for k in device_counts:
+            step, _ = load_step(model, k, seq_length)
+            cluster, cm = preset_cluster(cluster_name, k)
+            rnn = MODELS[model][0] in ("rnntc", "rnn_lm", "nmt")
+            for ref in references:
+                r = get_search("flexflow", time_budget=budget, max_proposals=proposals,
+                               seed=seed, beta_reference=ref,
+                               starts=tuple(starts or PAPER_STARTS)).fit(step, cluster, cm)
+                for name, c in r.info["chains"].items():
+                    rows.append(dict(
+                        model=model, cluster=cluster_name, devices=k, ops=len(step),
+                        seq_length=(seq_length or 40) if rnn else None, budget_s=budget,
+                        beta_reference=ref, chain=name, start_step_s=c["start"],
+                        best_step_s=c["best"], gain=c["start"] / c["best"],
+                        proposals=c["proposals"], accepted=c["accepted"],
+                        acceptance=c["accepted"] / c["proposals"] if c["proposals"] else np.nan,
+                        worse=c["worse"], worse_accepted=c["worse_accepted"],
+                        worse_acceptance=(c["worse_accepted"] / c["worse"] if c["worse"]
+                                          else np.nan),
+                        beta_per_s=c["beta_per_second"], chain_s=c["seconds"],
+                        stopped=c["stopped"], search_best_s=r.makespan))
+                    log(f"{model} x{k} {ref:<12} {name:<14} {c['start']:.4g} -> {c['best']:.4g} s "
+                        f"({c['start'] / c['best']:.2f}x), {c['accepted']}/{c['proposals']} "
+                        f"accepted, worse {c['worse_accepted']}/{c['worse']}, {c['stopped']}")
+    return pd.DataFrame(rows)
+
+
+def beta_section(df) -> str:
+    """The page's section on FlexFlow's ``beta_reference`` from ``flexflow_beta.csv``."""
+    parts = ["\n## FlexFlow's beta: one for the search or one per chain\n\n"
+             "Equation 1 has a single `beta` and the paper gives no value; ours is "
+             "`beta_scale / cost`, the cost the first start's (`first start`, the default), "
+             "each chain's own start (`chain start`) or each chain's best so far (`chain "
+             "best`); see `fddps.search.flexflow`. One row per chain of one search per rule, "
+             "same seed, starts and wall-clock budget: `gain` = the chain's start step over "
+             "its best; `acceptance` = accepted proposals over proposals; `worse_acceptance` "
+             "= accepted worse proposals over worse proposals.\n"]
+    parts.append(_commands(df))
+    parts.append(_md_table(df, ["model", "cluster", "devices", "seq_length", "budget_s",
+                                "beta_reference", "chain", "start_step_s", "best_step_s", "gain",
+                                "proposals", "acceptance", "worse", "worse_acceptance",
+                                "beta_per_s", "stopped", "search_best_s"]))
+    best = df.groupby(["model", "devices", "beta_reference"], sort=False)["search_best_s"].first()
+    parts.append("\nBest simulated step of each search: " + "; ".join(
+        f"{m} x{k} `{ref}` {v:.4g} s" for (m, k, ref), v in best.items()) + ".\n")
+    return "\n".join(parts)
+
+
 def _commands(df) -> str:
     """The lines "Made by `command`" of the commands that made a CSV's rows (where it has them)."""
     if "command" not in df:
@@ -491,9 +565,23 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
             parts.append(f"\nAt {int(multi['devices'].iloc[0])} devices FlexFlow's search is "
                          f">= 1.3x over data parallelism on {good} of {len(multi)} models and "
                          f"below it on {worse}.\n")
+            if "chains" in multi:  # what each chain of the search made of its start
+                told = multi[multi["chains"].notna()]
+                if len(told):
+                    parts.append(f"\nFlexFlow's chains at {int(multi['devices'].iloc[0])} "
+                                 "devices (each start's step -> the chain's best; rows from "
+                                 "runs that recorded them):\n")
+                    parts.append("\n".join(
+                        f"- {r['model']} ({int(r['proposals'])} proposals, "
+                        f"{int(r['accepted'])} accepted, {r['search_s']:.0f} s of a "
+                        f"{r['budget_s']:.0f} s budget; best from `{r['start']}`): "
+                        f"{r['chains']}." for _, r in told.iterrows()) + "\n")
     fig7 = out_dir / "flexflow_fig7.csv"
     if fig7.exists():
         parts.append(fig7_section(pd.read_csv(fig7)))
+    beta = out_dir / "flexflow_beta.csv"
+    if beta.exists():
+        parts.append(beta_section(pd.read_csv(beta)))
     t5 = out_dir / "flexflow_table5.csv"
     if t5.exists():
         df = pd.read_csv(t5)
@@ -546,11 +634,14 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
   rows' `speedup_over_dp` is far above the paper's 1.3-3.3x and says little;
   compare them with the expert strategy, which shares the artifact with 4
   replicas instead of 16.
-- **Where FlexFlow's best comes from** (`start`): with a proposal costing
-  seconds here, the RNN searches spent their budget simulating their four
-  starts (each start is always simulated) and made no proposals; their
-  result is FD-DPS's whole-op placement, one of our added starts, which
-  moves no weights. AlexNet's and ResNet-101's are the expert strategy's.
+- **Where FlexFlow's best comes from** (`start`): the RNN rows' best is
+  FD-DPS's whole-op placement, one of our added starts, which moves no
+  weights; what the proposals added to each start is in the chains listed
+  under Fig. 6 (rows from before the simulator's re-rating fix of
+  2026-11-26 made no proposals and list none). A random strategy's
+  proposals take tens of seconds each here (its ops split up to 16 ways on
+  random devices), so its chain makes few. AlexNet's and ResNet-101's best
+  is the expert strategy's.
 - **Unrolled steps**: the `seq_length` column gives the RNNs' unrolled
   steps; the paper's are 40. Op count, and so expansion and simulation time,
   grows with them, and a run with fewer keeps the RNNs' searches within this
@@ -564,7 +655,11 @@ def write_page(out_dir=RESULTS, command="python -m experiments.flexflow") -> str
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--figure", default="6,7,5", help="which of 6, 7, 5 (Table 5) to run")
+    p.add_argument("--figure", default="6,7,5",
+                   help="which of 6, 7, 5 (Table 5), beta (FlexFlow's beta_reference "
+                        "compared on --models at --devices) to run")
+    p.add_argument("--beta-references", default="first start,chain start,chain best",
+                   help="for --figure beta: the beta_reference values to compare")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--devices", default="1,2,4,8,16", help="Fig. 6 device counts")
     p.add_argument("--cluster", default="flexflow-p100", help="Fig. 6's cluster preset")
@@ -588,6 +683,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke run: AlexNet on 1 and 2 GPUs, 3 proposals, 5 s budgets")
     p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--markdown-only", action="store_true",
+                   help="regenerate flexflow.md from the CSVs in --out, run nothing")
     args = p.parse_args(argv)
     args.argv = list(argv if argv is not None else __import__("sys").argv[1:])
     from pathlib import Path
@@ -639,6 +736,9 @@ def _main(args, p, out):
             df = _with_ratios(df)
         df.to_csv(path, index=False)
 
+    if args.markdown_only:
+        print(write_page(out, command))
+        return
     seq = args.seq_length
     if "6" in figures:  # saved after each model, so a cut run keeps what it finished
         for model in models:
@@ -652,6 +752,17 @@ def _main(args, p, out):
                  starts=starts,
                  checkpoint=lambda rows: save(rows, "flexflow_fig7.csv", ["model", "devices"]))
         save(df, "flexflow_fig7.csv", ["model", "devices"])
+    if "beta" in figures:
+        from fddps.search.flexflow import BETA_REFERENCES
+
+        refs = [r.strip() for r in args.beta_references.split(",") if r.strip()]
+        wrong = [r for r in refs if r not in BETA_REFERENCES]
+        if wrong or not refs:
+            p.error(f"unknown --beta-references {(wrong or [''])[0]!r}; choose from "
+                    f"{', '.join(BETA_REFERENCES)}")
+        df = beta_comparison(models, [k for k in counts if k > 1], args.cluster, budget,
+                             proposals, refs, starts, args.seed, seq_length=seq)
+        save(df, "flexflow_beta.csv", ["model", "devices", "beta_reference", "chain"])
     if "5" in figures:
         save(table5(models, t5_counts, args.cluster, t5_props, args.seed, seq_length=seq),
              "flexflow_table5.csv", ["model", "devices"])

@@ -165,6 +165,77 @@ def test_experiment_smoke_run_writes_csv_and_page(tmp_path, capsys):
     assert ratios.loc["data parallel", "over_dp"] == 1.0
     assert ratios.loc["flexflow", "over_expert"] == pytest.approx(
         fig7.loc["expert", "step_s"] / fig7.loc["flexflow", "step_s"])
+    # --markdown-only writes the same page from the CSVs, running nothing
+    (tmp_path / "flexflow.md").unlink()
+    exp.main(["--markdown-only", "--out", str(tmp_path)])
+    again = (tmp_path / "flexflow.md").read_text()
+    assert again.split("\n", 3)[3] == page.split("\n", 3)[3]  # all but the command line
     with pytest.raises(SystemExit):
         exp.main(["--quick", "--figure", "7", "--starts", "pipeline", "--out", str(tmp_path)])
     assert "unknown --starts 'pipeline'; choose from data parallel, random" in capsys.readouterr().err
+
+
+class _StubEvaluator:
+    """Stands in for StrategyEvaluator with set costs: each start's cost is ``COSTS[name]``,
+    and every proposal is ``SLOWER`` seconds slower than the current strategy."""
+
+    COSTS, SLOWER = {}, 0.01
+
+    def __init__(self, step, cluster, cost_model, memory_penalty):
+        from fddps.strategy import OpConfig
+
+        self.blank = {n: OpConfig({}, [GPUS[0]]) for n in step.ops}
+
+    @staticmethod
+    def _score(cost, configs):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(makespan=cost, cost=cost, fits=True, peak=np.zeros(len(GPUS)),
+                               configs=configs, seconds=0.0)
+
+    def reset(self, strategy):
+        self.configs, self.fragments = dict(self.blank), None
+        self.current = self._score(self.COSTS[strategy], self.configs)
+        return self.current
+
+    def propose(self, changes):
+        return self._score(self.current.cost + self.SLOWER, {**self.configs, **changes})
+
+    def accept(self, proposal):
+        self.configs, self.current = proposal.configs, proposal
+
+    def strategy(self, configs, name=None):
+        return name
+
+
+@pytest.mark.parametrize("reference", ["first start", "chain start", "chain best"])
+def test_beta_reference_sets_how_often_a_fast_chain_accepts_worse(step, cm, monkeypatch,
+                                                                  reference):
+    # Two starts, data parallelism at 1 s and one 10x faster at 0.1 s; every proposal is
+    # 0.01 s worse than the current strategy. One beta for the search (50 / 1 s) accepts
+    # such a proposal with exp(-0.5) = 0.61 in either chain; a beta per chain (50 / 0.1 s
+    # in the fast chain) with exp(-5) = 0.007 in the fast chain, exp(-0.5) in the other.
+    from fddps.search import flexflow
+
+    monkeypatch.setattr(flexflow, "StrategyEvaluator", _StubEvaluator)
+    monkeypatch.setattr(_StubEvaluator, "COSTS", {"data parallel": 1.0, "fast": 0.1})
+    r = get_search("flexflow", max_proposals=800, seed=0, beta_reference=reference,
+                   measure_full_every=0).fit(step, cm.cluster(GPUS), cm,
+                                             starts={"data parallel": "data parallel",
+                                                     "fast": "fast"})
+    assert r.info["beta_reference"] == reference and r.makespan == 0.1
+    fast, dp = r.info["chains"]["fast"], r.info["chains"]["data parallel"]
+    for chain in (fast, dp):  # no proposal gains: each chain stops after half its share
+        assert chain["worse"] == chain["proposals"] > 150
+        assert chain["stopped"] == "half the share without improvement"
+    rate = {n: c["worse_accepted"] / c["worse"] for n, c in (("fast", fast), ("dp", dp))}
+    assert rate["dp"] == pytest.approx(math.exp(-0.5), abs=0.12)
+    if reference == "first start":
+        assert fast["beta_per_second"] == dp["beta_per_second"] == pytest.approx(50.0)
+        assert rate["fast"] == pytest.approx(math.exp(-0.5), abs=0.12)
+    else:
+        assert fast["beta_per_second"] == pytest.approx(500.0)
+        assert dp["beta_per_second"] == pytest.approx(50.0)
+        assert rate["fast"] < 0.04
+    with pytest.raises(SearchError, match="option 'beta_reference' must be one of"):
+        get_search("flexflow", beta_reference="current")

@@ -17,6 +17,31 @@ What the paper says, and what this module does by default:
   default serve steps of milliseconds and of seconds alike. With the default
   ``beta_scale = 50`` a proposal 2% of data parallelism's step slower than the
   current strategy is accepted with probability ``1/e``.
+- **Beta per chain** (option ``beta_reference``, ours): Equation 1 has one
+  ``beta`` for the whole search, and the paper gives no value or rule for it.
+  With one ``beta`` for every chain, a worse proposal's acceptance depends on
+  its slowdown in units of the first start's step: a chain from a start 7x
+  faster than data parallelism (FD-DPS's placement on NMT at 64 K80s) sees
+  every slowdown as 7x smaller and accepts nearly everything (97% there), a
+  chain from a slower start (a random strategy) sees it as larger.
+  ``beta_reference="chain start"`` sets ``beta = beta_scale / cost(that
+  chain's start)``, fixed within the chain (Equation 1 as written, one
+  ``beta`` per chain), so a worse proposal is accepted by its slowdown
+  relative to its own chain's step; ``"chain best"`` re-sets it from the
+  chain's best cost each time the chain improves, so a chain cools as it
+  gains (closer to annealing than to the paper). ``"first start"``, the
+  paper's single ``beta``, stays the default: with the paper's starts the
+  data-parallel chain is the first start's, so ``"chain start"`` changes
+  only the random chain's ``beta`` (smaller: that start is slower), and on
+  AlexNet at 16 P100s (``python -m experiments.flexflow --figure beta
+  --models alexnet --devices 16 --budget 90``, 2026-11-26) all three rules
+  found the same best step (data parallelism's chain 0.540 -> 0.485 s, the
+  random chain 4.17 -> 3.88-3.95 s). On RNNTC (10 steps) at 16 P100s from
+  data parallelism, a random strategy and FD-DPS's placement (150 s each) a
+  beta per chain did what it is for, FD-DPS's chain (20x faster than data
+  parallelism) accepting 14 of 24 worse proposals with ``"chain start"``
+  against 27 of 29 with one ``beta``, but every rule found the same best,
+  0.1207 s from that chain's 0.1231 s (``experiments/results/flexflow.md``).
 - **Starts** (Sections 6.2 and 8): data parallelism
   (:func:`~fddps.search.flexflow_starts.sample_parallel`) and a random
   strategy (:func:`~fddps.search.flexflow_starts.random_strategy`), the
@@ -61,6 +86,8 @@ from .space import (baseline_strategies, decision_units, unit_splits, worth_deci
 STARTS = ("data parallel", "random", "expert", "fddps", "one device")
 #: The paper's initial candidates (Section 8: "data parallelism and a randomly generated strategy").
 PAPER_STARTS = ("data parallel", "random")
+#: What Equation 1's ``beta`` is scaled by (the ``beta_reference`` option; see the module).
+BETA_REFERENCES = ("first start", "chain start", "chain best")
 
 
 def initial_strategies(step, cluster, cost_model, names, rng, writable=False, units=None) -> dict:
@@ -115,6 +142,12 @@ class FlexFlowSearch(StrategySearch):
         Equation 1's ``beta`` times the first start's simulated cost (default
         50); with ``acceptance="relative"``, the inverse temperature for
         relative cost changes.
+    beta_reference : {"first start", "chain start", "chain best"}
+        What ``beta = beta_scale / cost`` takes its cost from, with
+        ``acceptance="absolute"``: the first start's (default: one ``beta``
+        for the whole search, as Equation 1's single ``beta``); each chain's
+        own start (one ``beta`` per chain); or each chain's best so far
+        (re-set whenever the chain improves). See the module.
     acceptance : {"absolute", "relative"}
         ``"absolute"`` (default): Equation 1 on absolute costs with a fixed
         ``beta``; ``"relative"``: on cost changes relative to the current cost
@@ -151,7 +184,8 @@ class FlexFlowSearch(StrategySearch):
     """
 
     name = "flexflow"
-    options = dict(max_proposals=1000, time_budget=None, beta_scale=50.0, acceptance="absolute",
+    options = dict(max_proposals=1000, time_budget=None, beta_scale=50.0,
+                   beta_reference="first start", acceptance="absolute",
                    stop="half", patience=100, seed=0, starts=PAPER_STARTS + ("expert", "fddps"),
                    memory_penalty=MEMORY_PENALTY, progress=False, measure_full_every=25,
                    writable=False)
@@ -164,6 +198,7 @@ class FlexFlowSearch(StrategySearch):
         self.beta_scale = positive("beta_scale", self.beta_scale, allow_none=False)
         self.patience = positive("patience", self.patience, integer=True, allow_none=False)
         for option, allowed in (("acceptance", ("absolute", "relative")),
+                                ("beta_reference", BETA_REFERENCES),
                                 ("stop", ("half", "patience"))):
             if getattr(self, option) not in allowed:
                 raise SearchError(f"option {option!r} must be one of {allowed}, got "
@@ -223,6 +258,9 @@ class FlexFlowSearch(StrategySearch):
             current, ev.configs, ev.fragments = scored[start_name]
             ev.current = current
             chain_best, made, since, stopped = current, 0, 0, "budget"
+            taken, worse, worse_taken = 0, 0, 0
+            chain_beta = beta if self.beta_reference == "first start" else \
+                self.beta_scale / current.cost
             chain_t0 = time.perf_counter()
             # Each chain gets an equal share of what is left of the budget (the
             # evaluator's set-up and the starts' full simulations count too).
@@ -264,27 +302,34 @@ class FlexFlowSearch(StrategySearch):
                     full = ev.full(ev.strategy(proposal.configs))
                     full_s.append(full.seconds)
                 if self.acceptance == "absolute":
-                    exponent = beta * (current.cost - proposal.cost)
+                    exponent = chain_beta * (current.cost - proposal.cost)
                 else:
                     exponent = self.beta_scale * (current.cost - proposal.cost) / current.cost
+                worse += exponent < 0
                 if exponent >= 0 or rng.random() < math.exp(exponent):
                     ev.accept(proposal)
                     current = proposal
                     accepted += 1
+                    taken += 1
+                    worse_taken += exponent < 0
                     keep(proposal, start_name)
                     if proposal.cost < chain_best.cost:
                         chain_best, since = proposal, i
                         last_gain_t = time.perf_counter()
+                        if self.beta_reference == "chain best":
+                            chain_beta = self.beta_scale / chain_best.cost
                 bar.update(1)
             chains[start_name] = dict(start=start_costs[start_name], best=chain_best.makespan,
-                                      proposals=made, seconds=time.perf_counter() - chain_t0,
-                                      stopped=stopped)
+                                      proposals=made, accepted=taken, worse=int(worse),
+                                      worse_accepted=int(worse_taken), beta_per_second=chain_beta,
+                                      seconds=time.perf_counter() - chain_t0, stopped=stopped)
         bar.close()
         chosen = best_fit if best_fit is not None else best
         strategy = ev.strategy(chosen.configs, name="flexflow")
         info = dict(proposals=proposals, accepted=accepted, start=best_from,
                     start_steps=start_costs, cost=chosen.cost, chains=chains,
-                    beta_per_second=beta, acceptance=self.acceptance, stop=self.stop,
+                    beta_per_second=beta, beta_reference=self.beta_reference,
+                    acceptance=self.acceptance, stop=self.stop,
                     delta_seconds=float(np.mean(delta_s)) if delta_s else float("nan"),
                     full_seconds=float(np.mean(full_s)) if full_s else float("nan"))
         return SearchResult(strategy, chosen.makespan, chosen.peak, chosen.fits, self.name,
