@@ -343,7 +343,8 @@ _KERNEL_INDEX = None
 def _kernel_index() -> _KernelIndex:
     """This process's :class:`_KernelIndex`, made once: the registry answers per op type
     and attribute values do not change between graphs (a 20,000-node graph asks it
-    about 50 op types, a few milliseconds each)."""
+    about 50 op types, a few milliseconds each). A kernel library loaded later
+    (``tf.load_op_library``) for an op type already asked about is not seen."""
     global _KERNEL_INDEX
     if _KERNEL_INDEX is None:
         _KERNEL_INDEX = _KernelIndex()
