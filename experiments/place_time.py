@@ -18,6 +18,11 @@ graph, then ``place()`` of it):
 Ratios inside one run cancel most of the machine's drift; a loaded machine
 moves the stages differently, so compare runs only as ratios.
 
+Each timed import and each timed ``place()`` starts after a full ``gc.collect()``
+(not timed): Python's cyclic collector otherwise charges one side with the
+other's garbage (the imported graph's ops form cycles; ``place()`` holds the
+collector off while it runs, leaving its collection to whatever runs next).
+
 Run::
 
     python -m experiments.place_time                     # six networks + quick start, 3 rounds
@@ -30,6 +35,7 @@ stages against the import) and the page ``place_time.md``.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -48,6 +54,7 @@ def import_seconds(graph_def) -> float:
     """Seconds of TensorFlow's ``import_graph_def`` of ``graph_def`` into a fresh graph."""
     import tensorflow as tf
 
+    gc.collect()  # not timed: the garbage of what ran before is not the import's
     t = time.perf_counter()
     with tf.Graph().as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
@@ -80,6 +87,7 @@ def network_row(name, rounds, batch=8, devices=4, progress=print) -> dict:
     imports, places, infos = [], [], []
     for r in range(rounds):
         imports.append(import_seconds(model.graph_def))
+        gc.collect()  # not timed: the import's garbage is not place()'s
         t = time.perf_counter()
         p = fddps.place(model.graph_def, device_names(devices), cost_model=cost_model,
                         fetches=fetches)
@@ -106,6 +114,7 @@ def quickstart_row(rounds, progress=print) -> dict:
     nodes = 0
     for r in range(rounds):
         model = quickstart_cnn(keras)
+        gc.collect()  # not timed, as for the networks
         t = time.perf_counter()
         p = fddps.place(model, devices, batch=(x, y), optimizer="adam",
                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

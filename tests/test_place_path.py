@@ -88,3 +88,29 @@ def test_the_model_layer_does_not_import_the_schedulers():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module or "").startswith("algorithms"), (name, node.module)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_place_holds_the_cyclic_collector_off_and_restores_it(monkeypatch, enabled):
+    import gc
+
+    graph_def, fetches = _graph()
+    during = []
+    real = graphdef.analyse
+
+    def recording(*args, **kwargs):
+        during.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("fddps.tf.place_graph.analyse", recording)
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        fddps.place(graph_def, DEVICES, fetches=fetches)
+        assert gc.isenabled() is enabled
+        with pytest.raises(fddps.FddpsError):
+            fddps.place(graph_def, DEVICES, enforce_order="sometimes")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert during == [False]

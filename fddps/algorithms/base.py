@@ -598,9 +598,15 @@ class PlacementState:
         return self.timelines[k].earliest_start(self.ready_time(i, k), self.duration_row(i)[k],
                                                 insertion)
 
-    def place(self, i: int, k: int, start: float):
-        """Put op ``i`` on device ``k`` from ``start``; reserve its memory."""
-        duration = self.duration_row(i)[k]
+    def place(self, i: int, k: int, start: float, duration: float | None = None):
+        """Put op ``i`` on device ``k`` from ``start``; reserve its memory.
+
+        ``duration``: ``duration_row(i)[k]`` where the caller has it already (it
+        is the same until ``i`` is placed; with charged links it costs a walk
+        over ``i``'s inputs).
+        """
+        if duration is None:
+            duration = self.duration_row(i)[k]
         f = start + duration
         if self.links:
             for p, b in self.inputs[i]:
@@ -694,7 +700,7 @@ def list_schedule(state: PlacementState, priority, insertion: bool = True,
             choice = ((s, s + row[k]) if by_start else (s + row[k],), k, s)
             if best is None or choice[0] < best[0]:
                 best = choice
-        state.place(i, best[1], best[2])
+        state.place(i, best[1], best[2], row[best[1]])
         for p in range(succ_ptr[i], succ_ptr[i + 1]):
             j = succ_idx[p]
             waiting[j] -= 1

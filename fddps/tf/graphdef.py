@@ -53,6 +53,7 @@ import pandas as pd
 
 from ..errors import GraphError
 from ..strategy.ops import SHAPE_ONLY_OPS
+from .lean_import import import_graph
 from .static_values import shape_input_value
 from .tfimport import _no_deprecation_warnings, _tf
 
@@ -198,10 +199,8 @@ def load_graph(graph_like):
                          f"or a .pb/.pbtxt path, got {type(graph_like).__name__}")
     gd = tf.compat.v1.GraphDef()
     gd.CopyFrom(graph_like)
-    graph = tf.Graph()
     try:
-        with graph.as_default():
-            tf.graph_util.import_graph_def(gd, name="")
+        graph = import_graph(gd, tf.Graph())
     except (ValueError, TypeError, KeyError, tf.errors.OpError) as e:
         msg = str(e).strip().splitlines()
         raise GraphError("TensorFlow cannot import the GraphDef: " + " ".join(msg[:3])) from None
@@ -338,6 +337,20 @@ class _KernelIndex:
         return frozenset(out)
 
 
+_KERNEL_INDEX = None
+
+
+def _kernel_index() -> _KernelIndex:
+    """This process's :class:`_KernelIndex`, made once: the registry answers per op type
+    and attribute values do not change between graphs (a 20,000-node graph asks it
+    about 50 op types, a few milliseconds each). A kernel library loaded later
+    (``tf.load_op_library``) for an op type already asked about is not seen."""
+    global _KERNEL_INDEX
+    if _KERNEL_INDEX is None:
+        _KERNEL_INDEX = _KernelIndex()
+    return _KERNEL_INDEX
+
+
 # -- structure: inputs, frames, colocation ---------------------------------------------
 def _parse_input(s):
     """(node name, port) of a GraphDef input string; port -1 for ``^control``."""
@@ -452,6 +465,17 @@ def _first_axis_view(op) -> bool:
                            shape_input_value(op, 2), op.inputs[0].dtype.size)
 
 
+def _ref_or_resource(dtype_name: str) -> bool:
+    """Whether a tensor of dtype ``dtype_name`` (``DType.name``) is a reference or a resource."""
+    return dtype_name == "resource" or dtype_name.endswith("_ref")
+
+
+def _declared_input_type(op, k: int):
+    """The declared type of data input ``k`` of ``op`` (not its producer's), or None."""
+    types = op._input_types
+    return types[k] if k < len(types) else None
+
+
 def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
     """Read a graph into a :class:`GraphAnalysis` (what :func:`op_table` and the placer use).
 
@@ -474,43 +498,45 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
     n = len(nodes)
     position = {node.name: i for i, node in enumerate(nodes)}
     functions = {f.signature.name for f in gd.library.function}
-    kernel_index = _KernelIndex()
+    kernel_index = _kernel_index()
 
     out_bytes, out_known, out_dtypes, out_shapes = [], [], [], []
     flops = np.zeros(n)
     flops_known = np.zeros(n, dtype=bool)
     param_bytes = np.zeros(n)
     param_known = np.ones(n, dtype=bool)
-    input_types = []
     kernel_types = []
     kernel_shapes = []
-    for i, node in enumerate(nodes):
-        op = graph.get_operation_by_name(node.name)
-        sizes, exact, dts, shps = [], [], [], []
-        for t in op.outputs:
-            dims = _dims(t)
-            b, k = _tensor_bytes(t.dtype, dims, unknown_dim)
-            sizes.append(b)
-            exact.append(k)
-            dts.append(t.dtype.name)
-            shps.append(dims)
-        out_bytes.append(sizes)
-        out_known.append(exact)
-        out_dtypes.append(tuple(dts))
-        out_shapes.append(tuple(shps))
-        input_types.append(op._input_types if op.inputs else [])  # declared, not producer's
-        if node.op in VARIABLE_OPS:
-            param_bytes[i], param_known[i] = _attr_shape_bytes(node, unknown_dim)
-        try:
-            with _no_deprecation_warnings():
-                value = tf_ops.get_stats_for_node_def(graph, node, "flops").value
-        except Exception:  # noqa: BLE001 - TF's stat functions raise on unknown shapes
-            value = None
-        if value is not None:
-            flops[i], flops_known[i] = float(value), True
-        kernel_types.append(kernel_index.device_types(node, functions))
-        kernel_shapes.append(kernel_shape(node, [_dims(t) for t in op.inputs], shps[0], dts[0])
-                             if shps and node.op in shaped_ops else None)
+    # One dict of the imported ops (get_operation_by_name locks and checks per call).
+    by_name = {op.name: op for op in graph.get_operations()}
+    ops = [by_name[node.name] for node in nodes]
+    stats = tf_ops.get_stats_for_node_def
+    with _no_deprecation_warnings():  # once for the loop: a context per node costs more
+        for i, (node, op) in enumerate(zip(nodes, ops)):
+            sizes, exact, dts, shps = [], [], [], []
+            for t in op.outputs:
+                dims = _dims(t)
+                dtype = t.dtype
+                b, k = _tensor_bytes(dtype, dims, unknown_dim)
+                sizes.append(b)
+                exact.append(k)
+                dts.append(dtype.name)
+                shps.append(dims)
+            out_bytes.append(sizes)
+            out_known.append(exact)
+            out_dtypes.append(tuple(dts))
+            out_shapes.append(tuple(shps))
+            if node.op in VARIABLE_OPS:
+                param_bytes[i], param_known[i] = _attr_shape_bytes(node, unknown_dim)
+            try:
+                value = stats(graph, node, "flops").value
+            except Exception:  # noqa: BLE001 - TF's stat functions raise on unknown shapes
+                value = None
+            if value is not None:
+                flops[i], flops_known[i] = float(value), True
+            kernel_types.append(kernel_index.device_types(node, functions))
+            kernel_shapes.append(kernel_shape(node, [_dims(t) for t in op.inputs], shps[0], dts[0])
+                                 if shps and node.op in shaped_ops else None)
 
     # Edges, in GraphDef input order.
     src, dst, port, nbytes, back = [], [], [], [], []
@@ -538,7 +564,11 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
                 nbytes.append(b)
                 input_bytes[j] += b
                 in_known[j] &= out_known[i][p] if p < len(out_known[i]) else False
-                declared = input_types[j][data_k] if data_k < len(input_types[j]) else None
+                # A declared ref or resource input takes only a ref or resource tensor
+                # (import_graph_def checks), so only then read the declared type.
+                declared = (_declared_input_type(ops[j], data_k)
+                            if p < len(out_dtypes[i]) and _ref_or_resource(out_dtypes[i][p])
+                            else None)
                 if (declared is not None and (declared._is_ref_dtype or declared.name == "resource")
                         and node.op not in COLOCATION_EXEMPT_OPS
                         and not node.op.endswith("Dataset")):
@@ -577,7 +607,7 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
     shapes_known = np.array([all(out_known[i]) for i in range(n)], dtype=bool) & in_known & param_known
     output_bytes = np.array([float(sum(b)) for b in out_bytes], dtype=np.float64)
     for j, node in enumerate(nodes):
-        if node.op == "Slice" and _first_axis_view(graph.get_operation_by_name(node.name)):
+        if node.op == "Slice" and _first_axis_view(ops[j]):
             input_bytes[j] = output_bytes[j] = 0.0  # a view: copies and allocates nothing
     table = pd.DataFrame({
         "name": [node.name for node in nodes],

@@ -22,6 +22,8 @@ fastest measured is returned (``info["verified"]``, ``verify_seconds``;
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 
 from ..errors import FddpsError
@@ -34,11 +36,41 @@ from .verify import (adopt, check_budget, check_timer, distinct_finalists, final
                      verify_graphs)
 
 
-def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
-                override=False, fetches=None, enforce_order="auto", unknown_dim=1,
-                session_config=None, topology="auto", strategy=None, verify=None,
-                verify_budget=None, verify_timer=None, feed_dict=None, init=None, target="",
-                finalists=0, **options):
+@contextlib.contextmanager
+def _cyclic_collection_paused():
+    """Hold Python's cyclic garbage collector off inside the block (as it was after).
+
+    Placing a graph allocates hundreds of thousands of objects (the imported
+    ``tf.Operation``s, the op table, the schedulers' per-op tuples) that live
+    for a stage or for the call. Each time enough of them outlive a young
+    collection, Python's collector walks every tracked object of the process,
+    TensorFlow's own included: on ResNet-200 (20,411 nodes) one or two such
+    full walks per call, 1.1-1.8 s of a 5.6-7.2 s ``place()`` (loaded 2-core
+    machine). Reference counting still frees everything acyclic at once; the
+    few cycles made meanwhile wait for the next collection after the call.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, **kwargs):
+    """:func:`fddps.tf.place` for a GraphDef, ``tf.Graph``, serialized bytes or path;
+    the same parameters, returns and errors (see :func:`_place_graph`), with Python's
+    cyclic collector held off during the call (:func:`_cyclic_collection_paused`)."""
+    with _cyclic_collection_paused():
+        return _place_graph(graph_def, devices, cost_model, algorithm, memory, **kwargs)
+
+
+def _place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=None, *,
+                 override=False, fetches=None, enforce_order="auto", unknown_dim=1,
+                 session_config=None, topology="auto", strategy=None, verify=None,
+                 verify_budget=None, verify_timer=None, feed_dict=None, init=None, target="",
+                 finalists=0, **options):
     """:func:`fddps.tf.place` for a GraphDef, ``tf.Graph``, serialized bytes or path;
     the same parameters, returns and errors.
 

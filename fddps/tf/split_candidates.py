@@ -249,6 +249,11 @@ def split_candidates(analysis, cost_model, device_types, max_parts, *, step_node
     output_bytes = table["output_bytes"].tolist()
     e = analysis.edges
     src, dst, nbytes = e["src"].to_numpy(), e["dst"].to_numpy(), e["bytes"].to_numpy()
+    # Edges grouped by consumer once (stable: each op's inputs stay in GraphDef order),
+    # rather than a scan of every edge per candidate op.
+    by_dst = np.argsort(dst, kind="stable")
+    in_ptr = np.searchsorted(dst[by_dst], np.arange(n + 1)).tolist()
+    in_src, in_bytes = src[by_dst].tolist(), nbytes[by_dst].tolist()
 
     def skip(reason, count=1):
         skipped[reason] = skipped.get(reason, 0) + count
@@ -270,10 +275,10 @@ def split_candidates(analysis, cost_model, device_types, max_parts, *, step_node
         if reason:
             skip(reason, len(rules))
             continue
-        into = dst == i
         edge_bytes = {}
-        for s, b in zip(src[into].tolist(), nbytes[into].tolist()):
-            edge_bytes[names[s]] = edge_bytes.get(names[s], 0.0) + b
+        for e_k in range(in_ptr[i], in_ptr[i + 1]):
+            producer = names[in_src[e_k]]
+            edge_bytes[producer] = edge_bytes.get(producer, 0.0) + in_bytes[e_k]
         for rule in rules:
             fields, why = _candidate_for(rule, op, node, output_bytes[i], edge_bytes)
             if fields is None:
@@ -285,7 +290,10 @@ def split_candidates(analysis, cost_model, device_types, max_parts, *, step_node
     types = list(device_types)
     costs = _costs(cost_model, _synthetic_rows(found, max_parts), types)
     position = {name: k for k, name in enumerate(names)}
-    rows_of = {name: table.iloc[position[name]].to_dict() for name, _ in found}
+    # One selection of the candidates' rows, not a pandas row lookup per candidate.
+    chosen = sorted({position[name] for name, _ in found})
+    rows_of = dict(zip(table["name"].iloc[chosen].tolist(),
+                       table.iloc[chosen].to_dict("records")))
     rows, keys = _part_rows(found, rows_of, max_parts)
     # No rows when at most one part fits (one device): the candidates then have no part costs.
     part_times = _costs(cost_model, rows, types) if keys else np.empty((0, len(types)))
