@@ -139,3 +139,17 @@ def test_auto_runs_it_and_is_never_slower_than_it(wide, cm):
     alone = get_search("fddps_space", writable=True).fit(step, cluster, cm)
     assert r.info["steps"]["fddps_space"] == alone.makespan  # within its share: the same result
     assert r.fits and r.makespan <= alone.makespan
+
+
+def test_critical_ops_of_a_step_too_big_for_the_cluster_whole():
+    """A step whose whole-op graph needs more memory than the cluster has in all still has a
+    critical path (its slack needs only times): found by auto at 16 P100s, ResNet-101."""
+    from fddps.algorithms.split_step import path_slack
+    from fddps.cluster import Cluster
+    from fddps.graph import OpGraph
+
+    g = OpGraph(["a", "b", "c"], [[2.0], [1.0], [2.0]], [("a", "c", 0.0), ("b", "c", 0.0)],
+                memory=[3e9, 3e9, 3e9])
+    tiny = Cluster.homogeneous(2, memory=1e9)
+    slack, length, _ = path_slack(g, tiny)
+    assert slack.tolist() == [0.0, 1.0, 0.0] and length == 4.0

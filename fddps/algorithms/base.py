@@ -632,10 +632,7 @@ class PlacementState:
     # -- estimates for unplaced ops ----------------------------------------------------
     def mean_exec_time(self) -> np.ndarray:
         """Per op, the mean execution time over the devices it may run on (HEFT's estimate)."""
-        et = np.where(np.isfinite(self.et), self.et, np.nan)
-        with np.errstate(all="ignore"):
-            mean = np.nanmean(et, axis=1) if self.n else np.zeros(0)
-        return np.nan_to_num(mean)
+        return mean_exec_time(self.et)
 
     def mean_edge_comm(self) -> np.ndarray:
         """Per edge, the mean transfer time over distinct device pairs."""
@@ -645,6 +642,19 @@ class PlacementState:
         order = [tl.ops for tl in self.timelines]
         return Schedule.from_order(self.graph, self.cluster, self.device, order, algorithm, info,
                                    exec_time=self.et)
+
+
+def mean_exec_time(exec_time: np.ndarray) -> np.ndarray:
+    """Per op (row of ``exec_time``, ``(n, m)``), the mean over its finite entries: the
+    mean execution time over the devices it may run on (HEFT's estimate); 0 where none.
+
+    >>> mean_exec_time(np.array([[1.0, 3.0], [2.0, np.inf]])).tolist()
+    [2.0, 2.0]
+    """
+    et = np.where(np.isfinite(exec_time), exec_time, np.nan)
+    with np.errstate(all="ignore"):
+        mean = np.nanmean(et, axis=1) if et.shape[0] else np.zeros(0)
+    return np.nan_to_num(mean)
 
 
 def list_schedule(state: PlacementState, priority, insertion: bool = True,
