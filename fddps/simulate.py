@@ -194,7 +194,12 @@ def amortised_shares(flow, start, finish, cluster):
     the fit measured. Replaying three runs' measured placements
     (``experiments.real_cluster --replay``), this put 51 / 36 / 29 rows
     within 15% of the measured speed-up, against 46 / 30 / 27 with the
-    many-at-once cost alone. It is not the fit's curve for ``k`` transfers
+    many-at-once cost alone. On a fresh run (twelve network-batch cells)
+    the two tied, 50 and 51 of 66, but erred opposite ways: 14 of this
+    model's 16 misses predict a spread slower than measured (ResNets' large
+    transfers), where 13 of the many-at-once cost's 15 predicted it faster
+    (the networks with thousands of small transfers), the error that makes
+    a placement slower than one device. It is not the fit's curve for ``k`` transfers
     issued at once, which the many-at-once cost alone reproduces: 128 of
     them take 1.19x the fitted line here (the sends' CPU serialises them,
     so each overlaps fewer than 128).
