@@ -789,26 +789,38 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
     some = kind >= 0
     if not some.any():
         return (V.shape, link, None, None, None, None, None, None, None, None, None)
-    # One row per distinct (kind, reader configuration, part, count or piece).
-    Kg = og.valid.shape[0]
-    g = np.broadcast_to(gid[:, None], V.shape)
-    j = np.broadcast_to(np.arange(P)[None, :], V.shape)
-    x = np.where(kind == 2, count, np.where(kind == 1, sg[:, None] * Q + one, 0))
-    X = max(pc.K * Q, P + 1) + 1
-    code = ((kind * Kg + g) * P + j) * X + x
-    uniq, at, inverse = np.unique(code[some], return_index=True, return_inverse=True)
-    ci, pi = np.nonzero(some)
-    ci, pi = ci[at], pi[at]
+    g, ci, pi, inverse = _distinct_rows(kind, some, gid, sg, one, count, pc, og, Q)
     kd = kind[ci, pi]
     gi, si, oi = gid[ci], sg[ci], one[ci, pi]
     sz = np.prod(in_hi[gi, pi] - in_lo[gi, pi], axis=-1).astype(np.float64) * item
-    cnt = count[ci, pi].astype(np.float64)
+    piece = np.prod(pc.hi[si, oi] - pc.lo[si, oi], axis=-1).astype(np.float64) * item
+    return (V.shape, link, some, inverse, g[ci, pi], pi, kd, sz,
+            *_row_costs(kd, sz, count[ci, pi], piece, item))
+
+
+def _distinct_rows(kind, some, gid, sg, one, count, pc, og, Q):
+    """One row per distinct (kind, reader configuration, part, count or piece) of the cells
+    in ``some``: the configurations' group per cell, the first cell of each row (item,
+    part) and each cell's row."""
+    K, P = og.valid.shape
+    g = np.broadcast_to(gid[:, None], kind.shape)
+    j = np.broadcast_to(np.arange(P)[None, :], kind.shape)
+    x = np.where(kind == 2, count, np.where(kind == 1, sg[:, None] * Q + one, 0))
+    X = max(pc.K * Q, P + 1) + 1
+    code = ((kind * K + g) * P + j) * X + x
+    _, at, inverse = np.unique(code[some], return_index=True, return_inverse=True)
+    ci, pi = np.nonzero(some)
+    return g, ci[at], pi[at], np.asarray(inverse).reshape(-1)
+
+
+def _row_costs(kd, sz, count, piece, item):
+    """Per row (kind ``kd``: 2 sums ``count`` partial results of ``sz`` bytes, 0
+    concatenates, 1 slices a ``piece``-byte piece): its flops, input bytes and op type."""
+    cnt = count.astype(np.float64)
     op_type = np.where(kd == 2, "AddN", np.where(kd == 0, "ConcatV2", "Slice")).astype(object)
     flops = np.where(kd == 2, sz / max(item, 1) * (cnt - 1), 0.0)
-    in_bytes = np.where(kd == 2, sz * cnt, np.where(
-        kd == 0, sz, np.prod(pc.hi[si, oi] - pc.lo[si, oi], axis=-1).astype(np.float64) * item))
-    return (V.shape, link, some, np.asarray(inverse).reshape(-1), g[ci, pi], pi, kd, sz,
-            flops, in_bytes, op_type)
+    in_bytes = np.where(kd == 2, sz * cnt, np.where(kd == 0, sz, piece))
+    return flops, in_bytes, op_type
 
 
 def _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg):
@@ -877,25 +889,12 @@ def _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg):
     kind = np.where((kind == 1) & (whole_piece | view), -1, kind)
     some = kind >= 0
     if some.any():
-        # One row per distinct (kind, reader configuration, part, count or piece).
-        K, P = og.valid.shape
-        g = np.broadcast_to(gid[:, None], V.shape)
-        j = np.broadcast_to(np.arange(P)[None, :], V.shape)
-        x = np.where(kind == 2, count, np.where(kind == 1, sg[:, None] * Q + one, 0))
-        X = max(pc.K * Q, P + 1) + 1
-        code = ((kind * K + g) * P + j) * X + x
-        uniq, at, inverse = np.unique(code[some], return_index=True, return_inverse=True)
-        ci, pi = np.nonzero(some)
-        ci, pi = ci[at], pi[at]
+        g, ci, pi, inverse = _distinct_rows(kind, some, gid, sg, one, count, pc, og, Q)
         kd = kind[ci, pi]
         sz = size[ci, pi]
-        cnt = count[ci, pi].astype(np.float64)
-        op_type = np.where(kd == 2, "AddN", np.where(kd == 0, "ConcatV2", "Slice")).astype(object)
-        flops = np.where(kd == 2, sz / max(item, 1) * (cnt - 1), 0.0)
-        in_bytes = np.where(kd == 2, sz * cnt, np.where(
-            kd == 0, sz, np.prod(pext[ci, pi], axis=-1).astype(np.float64) * item))
-        return (V.shape, link, some, np.asarray(inverse).reshape(-1), g[ci, pi], pi, kd, sz,
-                flops, in_bytes, op_type)
+        piece = np.prod(pext[ci, pi], axis=-1).astype(np.float64) * item
+        return (V.shape, link, some, inverse, g[ci, pi], pi, kd, sz,
+                *_row_costs(kd, sz, count[ci, pi], piece, item))
     return (V.shape, link, None, None, None, None, None, None, None, None, None)
 
 
