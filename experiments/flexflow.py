@@ -66,6 +66,8 @@ import pandas as pd
 
 from experiments.common import RESULTS, build_model, tf_quiet
 
+#: The models of :data:`MODELS` that are RNNs (unrolled ``seq_length`` steps).
+RNNS = ("rnntc", "rnn_lm", "nmt")
 #: FlexFlow's six DNNs (Table 4) as slim_models builds them, with their per-GPU batch (Section 8).
 MODELS = {
     "alexnet": ("alexnet", 256, {}),
@@ -160,13 +162,33 @@ def load_step(model, devices, seq_length=None):
     from fddps.tf.strategy_graph import step_graph
 
     name, per_gpu, options = MODELS[model]
-    if seq_length and name in ("rnntc", "rnn_lm", "nmt"):
+    if seq_length and name in RNNS:
         options = dict(options, seq_length=int(seq_length))
     extra = dict(dataset="imagenet") if name in ("alexnet", "inception_v3", "wide_resnet") else {}
     m = build_model(name, per_gpu * devices, model_options=options, **extra)
     step = step_graph(m.graph_def, [m.train_op.name, m.loss.op.name])
     untie_gradient_tuples(step)
     return step, per_gpu
+
+
+def cases(models, device_counts, cluster_name, seq_length=None):
+    """Each (model, device count) of a figure, in order: ``(model, k, step, per_gpu,
+    cluster, cost_model, build_s)``, the step from :func:`load_step` and the preset
+    cluster ``cluster_name`` of ``k`` devices, ``build_s`` the seconds both took."""
+    from fddps.cluster_presets import preset_cluster
+
+    for model in models:
+        for k in device_counts:
+            t = time.perf_counter()
+            step, per_gpu = load_step(model, k, seq_length)
+            cluster, cm = preset_cluster(cluster_name, k)
+            yield model, k, step, per_gpu, cluster, cm, time.perf_counter() - t
+
+
+def unrolled_steps(model, seq_length=None):
+    """A row's ``seq_length``: the RNNs' unrolled steps (default the paper's 40), None
+    for the CNNs."""
+    return (seq_length or 40) if MODELS[model][0] in RNNS else None
 
 
 def measure(step, strategy, cluster, cost_model) -> dict:
@@ -190,71 +212,66 @@ def run(models, device_counts, cluster_name, budget, proposals, strategies=STRAT
     ``checkpoint``: called with the rows so far (a DataFrame) after each row.
     """
     tf_quiet()
-    from fddps.cluster_presets import preset_cluster
     from fddps.search import get_search
     from fddps.search.flexflow_starts import expert_strategy, sample_parallel
 
     rows = []
-    for model in models:
-        for k in device_counts:
-            t = time.perf_counter()
-            step, per_gpu = load_step(model, k, seq_length)
-            cluster, cm = preset_cluster(cluster_name, k)
-            names = list(cluster.names)
-            rnn = MODELS[model][0] in ("rnntc", "rnn_lm", "nmt")
-            base = dict(model=model, cluster=cluster_name, devices=k,
-                        seq_length=(seq_length or 40) if rnn else None,
-                        nodes=len({d.host for d in cluster.devices}), batch=per_gpu * k,
-                        ops=len(step), build_s=time.perf_counter() - t)
-            log(f"{model} x{k}: {len(step)} ops, built in {base['build_s']:.0f} s")
+    for model, k, step, per_gpu, cluster, cm, build_s in cases(models, device_counts,
+                                                               cluster_name, seq_length):
+        names = list(cluster.names)
+        base = dict(model=model, cluster=cluster_name, devices=k,
+                    seq_length=unrolled_steps(model, seq_length),
+                    nodes=len({d.host for d in cluster.devices}), batch=per_gpu * k,
+                    ops=len(step), build_s=build_s)
+        log(f"{model} x{k}: {len(step)} ops, built in {base['build_s']:.0f} s")
 
-            def row(name, strategy, seconds, fits, **extra):
-                m = measure(step, strategy, cluster, cm)
-                simulated_fits = m.pop("fits")
-                fits = simulated_fits if fits is None else fits
-                if bool(fits) != simulated_fits:  # the plan's own statement against a replay
-                    log(f"  warning: {name} says fits={bool(fits)}, its replay {simulated_fits}")
-                r = dict(base, strategy=name, search_s=seconds, fits=bool(fits), **m)
-                r["samples_per_s_per_gpu"] = per_gpu / r["step_s"]
-                r.update(extra)
-                rows.append(r)
-                if checkpoint is not None:  # a cut run keeps the rows it finished
-                    checkpoint(_with_ratios(pd.DataFrame(rows)))
-                log(f"  {name:<14} {r['step_s'] * 1e3:9.1f} ms  {r['samples_per_s_per_gpu']:7.1f} "
-                    f"samples/s/GPU  {r['transfer_gb']:7.2f} GB  fits {r['fits']}  "
-                    f"{seconds:6.1f} s")
+        def row(name, strategy, seconds, fits, **extra):
+            m = measure(step, strategy, cluster, cm)
+            simulated_fits = m.pop("fits")
+            fits = simulated_fits if fits is None else fits
+            if bool(fits) != simulated_fits:  # the plan's own statement against a replay
+                log(f"  warning: {name} says fits={bool(fits)}, its replay {simulated_fits}")
+            r = dict(base, strategy=name, search_s=seconds, fits=bool(fits), **m)
+            r["samples_per_s_per_gpu"] = per_gpu / r["step_s"]
+            r.update(extra)
+            rows.append(r)
+            if checkpoint is not None:  # a cut run keeps the rows it finished
+                checkpoint(_with_ratios(pd.DataFrame(rows)))
+            log(f"  {name:<14} {r['step_s'] * 1e3:9.1f} ms  {r['samples_per_s_per_gpu']:7.1f} "
+                f"samples/s/GPU  {r['transfer_gb']:7.2f} GB  fits {r['fits']}  "
+                f"{seconds:6.1f} s")
 
-            for name, make in (("data parallel", lambda: sample_parallel(step, names)),
-                               ("expert", lambda: expert_strategy(
-                                   step, names, [d.host for d in cluster.devices]))):
-                if name in strategies and (k > 1 or name == "data parallel"):
-                    t = time.perf_counter()
-                    s = make()
-                    row(name, s, time.perf_counter() - t, None)
-            if k == 1:
-                continue
-            if "flexflow" in strategies:
-                options = dict(starts=tuple(starts)) if starts else {}
-                r = get_search("flexflow", time_budget=budget, max_proposals=proposals,
-                               seed=seed, **options).fit(step, cluster, cm)
-                info = r.info
-                row("flexflow", r.strategy, r.seconds, r.fits, proposals=info["proposals"],
-                    accepted=info["accepted"], start=info["start"],
-                    start_step_s=info["start_steps"].get(info["start"], np.nan),
-                    proposals_per_s=info["proposals"] / r.seconds if r.seconds else np.nan,
-                    delta_ms=info["delta_seconds"] * 1e3, full_ms=info["full_seconds"] * 1e3,
-                    budget_s=budget,
-                    # each start's simulated step, and what each chain made of it
-                    starts="; ".join(f"{n} {s:.3g} s" for n, s in info["start_steps"].items()),
-                    chains="; ".join(f"{n}: {c['start']:.3g} -> {c['best']:.3g} s, "
-                                     f"{c['proposals']} proposals in {c['seconds']:.0f} s, "
-                                     f"stopped: {c['stopped']}"
-                                     for n, c in info["chains"].items()))
-            if "auto" in strategies:
-                r = get_search("auto", time_budget=budget, max_proposals=proposals,
-                               seed=seed).fit(step, cluster, cm)
-                row("auto", r.strategy, r.seconds, r.fits, winner=r.search,
-                    proposals=r.info["proposals"])
+        for name, make in (("data parallel", lambda: sample_parallel(step, names)),
+                           ("expert", lambda: expert_strategy(
+                               step, names, [d.host for d in cluster.devices]))):
+            if name in strategies and (k > 1 or name == "data parallel"):
+                t = time.perf_counter()
+                s = make()
+                row(name, s, time.perf_counter() - t, None)
+        if k == 1:
+            continue
+        if "flexflow" in strategies:
+            options = dict(starts=tuple(starts)) if starts else {}
+            r = get_search("flexflow", time_budget=budget, max_proposals=proposals,
+                           seed=seed, **options).fit(step, cluster, cm)
+            info = r.info
+            row("flexflow", r.strategy, r.seconds, r.fits, proposals=info["proposals"],
+                accepted=info["accepted"], start=info["start"],
+                start_step_s=info["start_steps"].get(info["start"], np.nan),
+                proposals_per_s=info["proposals"] / r.seconds if r.seconds else np.nan,
+                delta_ms=info["delta_seconds"] * 1e3, full_ms=info["full_seconds"] * 1e3,
+                budget_s=budget,
+                # each start's simulated step, and what each chain made of it
+                starts="; ".join(f"{n} {s:.3g} s" for n, s in info["start_steps"].items()),
+                chains="; ".join(f"{n}: {c['start']:.3g} -> {c['best']:.3g} s, "
+                                 f"{c['proposals']} proposals in {c['seconds']:.0f} s, "
+                                 f"stopped: {c['stopped']}"
+                                 for n, c in info["chains"].items()))
+        if "auto" in strategies:
+            r = get_search("auto", time_budget=budget, max_proposals=proposals,
+                           seed=seed).fit(step, cluster, cm)
+            row("auto", r.strategy, r.seconds, r.fits, winner=r.search,
+                proposals=r.info["proposals"])
     return _with_ratios(pd.DataFrame(rows))
 
 
@@ -273,40 +290,36 @@ def _with_ratios(df):
 def table5(models, device_counts, cluster_name, proposals, seed=0, log=print, seq_length=None):
     """Seconds per proposal by delta and by full simulation from data parallelism."""
     tf_quiet()
-    from fddps.cluster_presets import preset_cluster
     from fddps.search import StrategyEvaluator, decision_units, unit_splits
     from fddps.search.flexflow_starts import sample_parallel
     from fddps.search.space import worth_deciding
     from fddps.strategy import OpConfig
 
     rows = []
-    for model in models:
-        for k in device_counts:
-            step, _ = load_step(model, k, seq_length)
-            cluster, cm = preset_cluster(cluster_name, k)
-            names = list(cluster.names)
-            ev = StrategyEvaluator(step, cluster, cm)
-            ev.reset(sample_parallel(step, names))
-            units = [u for u in decision_units(step) if any(worth_deciding(step.ops[n]) for n in u)]
-            rng = np.random.default_rng(seed)
-            delta, full, equal = [], [], True
-            for _ in range(proposals):
-                unit = units[int(rng.integers(len(units)))]
-                splits = unit_splits(step, unit, k)
-                split = splits[int(rng.integers(len(splits)))]
-                n = int(np.prod(list(split.values()))) if split else 1
-                cfg = OpConfig(split, [names[j] for j in rng.permutation(k)[:n]])
-                p = ev.propose({op: cfg for op in unit})
-                ref = ev.full(ev.strategy(p.configs))
-                equal &= bool(p.makespan == ref.makespan)
-                delta.append(p.seconds)
-                full.append(ref.seconds)
-            rows.append(dict(model=model, cluster=cluster_name, devices=k, ops=len(step),
-                             proposals=proposals, delta_ms=np.mean(delta) * 1e3,
-                             full_ms=np.mean(full) * 1e3, speedup=np.mean(full) / np.mean(delta),
-                             equal=equal))
-            log(f"{model} x{k}: delta {rows[-1]['delta_ms']:.0f} ms, full "
-                f"{rows[-1]['full_ms']:.0f} ms per proposal, equal {equal}")
+    for model, k, step, _, cluster, cm, _ in cases(models, device_counts, cluster_name, seq_length):
+        names = list(cluster.names)
+        ev = StrategyEvaluator(step, cluster, cm)
+        ev.reset(sample_parallel(step, names))
+        units = [u for u in decision_units(step) if any(worth_deciding(step.ops[n]) for n in u)]
+        rng = np.random.default_rng(seed)
+        delta, full, equal = [], [], True
+        for _ in range(proposals):
+            unit = units[int(rng.integers(len(units)))]
+            splits = unit_splits(step, unit, k)
+            split = splits[int(rng.integers(len(splits)))]
+            n = int(np.prod(list(split.values()))) if split else 1
+            cfg = OpConfig(split, [names[j] for j in rng.permutation(k)[:n]])
+            p = ev.propose({op: cfg for op in unit})
+            ref = ev.full(ev.strategy(p.configs))
+            equal &= bool(p.makespan == ref.makespan)
+            delta.append(p.seconds)
+            full.append(ref.seconds)
+        rows.append(dict(model=model, cluster=cluster_name, devices=k, ops=len(step),
+                         proposals=proposals, delta_ms=np.mean(delta) * 1e3,
+                         full_ms=np.mean(full) * 1e3, speedup=np.mean(full) / np.mean(delta),
+                         equal=equal))
+        log(f"{model} x{k}: delta {rows[-1]['delta_ms']:.0f} ms, full "
+            f"{rows[-1]['full_ms']:.0f} ms per proposal, equal {equal}")
     df = pd.DataFrame(rows)
     if len(df):
         df = df.merge(PAPER_TABLE5, on=["model", "devices"], how="left")
@@ -327,36 +340,31 @@ def beta_comparison(models, device_counts, cluster_name, budget, proposals,
     rule for ``beta`` (and by the machine's load: budgets are wall-clock).
     """
     tf_quiet()
-    from fddps.cluster_presets import preset_cluster
     from fddps.search import get_search
     from fddps.search.flexflow import PAPER_STARTS
 
     rows = []
-    for model in models:
-        for k in device_counts:
-            step, _ = load_step(model, k, seq_length)
-            cluster, cm = preset_cluster(cluster_name, k)
-            rnn = MODELS[model][0] in ("rnntc", "rnn_lm", "nmt")
-            for ref in references:
-                r = get_search("flexflow", time_budget=budget, max_proposals=proposals,
-                               seed=seed, beta_reference=ref,
-                               starts=tuple(starts or PAPER_STARTS)).fit(step, cluster, cm)
-                for name, c in r.info["chains"].items():
-                    rows.append(dict(
-                        model=model, cluster=cluster_name, devices=k, ops=len(step),
-                        seq_length=(seq_length or 40) if rnn else None, budget_s=budget,
-                        beta_reference=ref, chain=name, start_step_s=c["start"],
-                        best_step_s=c["best"], gain=c["start"] / c["best"],
-                        proposals=c["proposals"], accepted=c["accepted"],
-                        acceptance=c["accepted"] / c["proposals"] if c["proposals"] else np.nan,
-                        worse=c["worse"], worse_accepted=c["worse_accepted"],
-                        worse_acceptance=(c["worse_accepted"] / c["worse"] if c["worse"]
-                                          else np.nan),
-                        beta_per_s=c["beta_per_second"], chain_s=c["seconds"],
-                        stopped=c["stopped"], search_best_s=r.makespan))
-                    log(f"{model} x{k} {ref:<12} {name:<14} {c['start']:.4g} -> {c['best']:.4g} s "
-                        f"({c['start'] / c['best']:.2f}x), {c['accepted']}/{c['proposals']} "
-                        f"accepted, worse {c['worse_accepted']}/{c['worse']}, {c['stopped']}")
+    for model, k, step, _, cluster, cm, _ in cases(models, device_counts, cluster_name, seq_length):
+        for ref in references:
+            r = get_search("flexflow", time_budget=budget, max_proposals=proposals,
+                           seed=seed, beta_reference=ref,
+                           starts=tuple(starts or PAPER_STARTS)).fit(step, cluster, cm)
+            for name, c in r.info["chains"].items():
+                rows.append(dict(
+                    model=model, cluster=cluster_name, devices=k, ops=len(step),
+                    seq_length=unrolled_steps(model, seq_length), budget_s=budget,
+                    beta_reference=ref, chain=name, start_step_s=c["start"],
+                    best_step_s=c["best"], gain=c["start"] / c["best"],
+                    proposals=c["proposals"], accepted=c["accepted"],
+                    acceptance=c["accepted"] / c["proposals"] if c["proposals"] else np.nan,
+                    worse=c["worse"], worse_accepted=c["worse_accepted"],
+                    worse_acceptance=(c["worse_accepted"] / c["worse"] if c["worse"]
+                                      else np.nan),
+                    beta_per_s=c["beta_per_second"], chain_s=c["seconds"],
+                    stopped=c["stopped"], search_best_s=r.makespan))
+                log(f"{model} x{k} {ref:<12} {name:<14} {c['start']:.4g} -> {c['best']:.4g} s "
+                    f"({c['start'] / c['best']:.2f}x), {c['accepted']}/{c['proposals']} "
+                    f"accepted, worse {c['worse_accepted']}/{c['worse']}, {c['stopped']}")
     return pd.DataFrame(rows)
 
 
