@@ -753,16 +753,18 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
         return _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg)
     item = pc.itemsize
     el = _elements(pc, inbox, og, gid, sg)
-    ok = el > 0
-    # The cells where a part meets a piece (C order: record order), and their transfers.
-    ci, pi, qi = np.nonzero(ok)
-    cp = ci * P + pi
-    nbytes = el.reshape(-1)[cp * Q + qi] * item
+    # The cells where a part meets a piece (C order: record order), and their transfers:
+    # a part reads a piece from its own device where that holds the piece, else from the
+    # piece's first device.
+    cells = np.flatnonzero(el > 0)
+    cp, qi = np.divmod(cells, Q)  # (item, part), piece
+    ci = cp // P
+    nbytes = el.reshape(-1)[cells] * item
     dst = og.dev[gid].reshape(-1)[cp]
     sq = sg[ci] * Q + qi
     ndev = pc.held.shape[2]
-    src = np.where(pc.held.reshape(-1)[sq * ndev + dst], dst, pc.first_dev.reshape(-1)[sq])
-    move = src != dst
+    src = pc.first_dev.reshape(-1)[sq]
+    move = (src != dst) & ~pc.held.reshape(-1)[sq * ndev + dst]
     if item <= 0:
         move &= nbytes > 0
     move = np.flatnonzero(move)
@@ -775,10 +777,8 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
         if not keep.all():
             move, s, d, secs = move[keep], s[keep], d[keep], secs[keep]
         if len(move):
-            link = (cp[move] * Q + qi[move], s, d, secs, P, Q)
-    # Pieces each part reads, and the first of them (0 where none, as argmax).
-    count = ok.sum(axis=2)
-    one = np.argmax(ok, axis=2)
+            link = (cells[move], s, d, secs, P, Q)
+    count, one = _pieces_read(cp, qi, el.shape[:2])
     V = og.valid[gid]
     kind = np.where(pc.partial[sg][:, None], 2,
                     np.where(count > 1, 0, np.where(count == 1, 1, -1)))
@@ -808,6 +808,19 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
     piece = np.prod(pc.hi[si, oi] - pc.lo[si, oi], axis=-1).astype(np.float64) * item
     return (V.shape, link, some, inverse, g[ci, pi], pi, kd, sz,
             *_row_costs(kd, sz, count[ci, pi], piece, item))
+
+
+def _pieces_read(cp, qi, shape):
+    """``(count, one)`` of shape ``shape`` (items, parts): how many pieces each part reads,
+    and the first of them (0 where none, as ``argmax``), from the cells where a part
+    meets a piece (``cp``: item * parts + part, ``qi``: piece; in C order)."""
+    n = shape[0] * shape[1]
+    count = np.bincount(cp, minlength=n)
+    one = np.zeros(n, dtype=np.int64)
+    if len(cp):
+        first = np.flatnonzero(np.concatenate([[True], cp[1:] != cp[:-1]]))
+        one[cp[first]] = qi[first]
+    return count.reshape(shape), one.reshape(shape)
 
 
 def _distinct_rows(kind, some, gid, sg, one, count, pc, og, inbox):
@@ -888,14 +901,7 @@ def _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg):
         if keep.any():
             where = (ci[move] * P + pi[move]) * Q + qi[move]
             link = (where[keep], s[keep], d[keep], secs[keep], P, Q)
-    # Pieces each part reads, and the first of them (0 where none, as argmax).
-    flat = ci * P + pi
-    count = np.bincount(flat, minlength=C * P).reshape(C, P)
-    one = np.zeros(C * P, dtype=np.int64)
-    if len(flat):
-        first = np.flatnonzero(np.concatenate([[True], flat[1:] != flat[:-1]]))
-        one[flat[first]] = qi[first]
-    one = one.reshape(C, P)
+    count, one = _pieces_read(ci * P + pi, qi, (C, P))
     # The row paid: a reduce of partial sums, a concatenation of several pieces, or a
     # slice of one (none when it is the whole piece, or a view).
     partial = np.broadcast_to(pc.partial[sg][:, None], V.shape)
