@@ -845,10 +845,13 @@ def _distinct_rows(kind, some, gid, sg, one, count, pc, og, inbox):
     x = np.where(kind == 2, count, np.where(kind == 1, piece[sg[:, None], one], 0))
     X = max(int(piece.max(initial=0)), int(count.max(initial=0))) + 1
     code = (kind * (int(reader.max()) + 1) + reader[gid]) * X + x
-    _, at, inverse = np.unique(code[some], return_index=True, return_inverse=True)
+    # Rows numbered in order of first appearance (hashing: about twice as fast as
+    # np.unique's sort on the large feeds); a row's number does not change its value.
+    inverse, _ = pd.factorize(code[some])
+    at = np.flatnonzero(np.diff(np.maximum.accumulate(inverse), prepend=-1) > 0)
     ci, pi = np.nonzero(some)
     g = np.broadcast_to(gid[:, None], kind.shape)
-    return g, ci[at], pi[at], np.asarray(inverse).reshape(-1)
+    return g, ci[at], pi[at], inverse
 
 
 def _row_costs(kd, sz, count, piece, item):
