@@ -350,13 +350,15 @@ def _kernel_shapes(op, dims, og, ins, outs, keep):
         key = np.concatenate([c.reshape(len(a), -1).astype(np.int64) for c in cols] +
                              [np.zeros((len(a), 0), dtype=np.int64)], axis=1)
         _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        # The distinct keys' boxes as lists, gathered at once (not element by element).
+        x, y = a[first], b[first]
+        boxes = [(lo[x, y].tolist(), hi[x, y].tolist()) for lo, hi in [(og.lo, og.hi)] + list(ins) +
+                 list(outs)]
         got = []
-        for c in first.tolist():
-            x, y = a[c], b[c]
-            box = {d: (int(og.lo[x, y, k]), int(og.hi[x, y, k])) for k, d in enumerate(dims.dims)}
-            in_boxes = [tuple(zip(lo[x, y].tolist(), hi[x, y].tolist())) for lo, hi in ins]
-            out_boxes = [tuple(zip(lo[x, y].tolist(), hi[x, y].tolist())) for lo, hi in outs]
-            got.append(part_kernel_shape(op, dims, box, in_boxes, out_boxes))
+        for c in range(len(first)):
+            own, *tensors = [tuple(zip(lo[c], hi[c])) for lo, hi in boxes]
+            got.append(part_kernel_shape(op, dims, dict(zip(dims.dims, own)),
+                                         tensors[:len(ins)], tensors[len(ins):]))
         picked = np.empty(len(got), dtype=object)
         picked[:] = got
         shapes[a, b] = picked[np.asarray(inverse).reshape(-1)]
