@@ -579,9 +579,12 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
     gid = og.gid if gid is None else gid  # the reader's group per item (configuration, pair)
     sg = pc.gid if sg is None else sg  # the producer's
     # Each pair of reader and producer configurations is costed once.
+    # (np.unique's sorted pairs and inverse, from a mask over every pair of groups: no sort)
     combo = gid * pc.K + sg
-    uniq, back = np.unique(combo, return_inverse=True)
-    back = np.asarray(back).reshape(-1)
+    present = np.zeros(len(og.reps) * pc.K, dtype=bool)
+    present[combo] = True
+    uniq = np.flatnonzero(present)
+    back = (np.cumsum(present) - 1)[combo]
     geometry = None
     if memo is not None:
         key = (_own_digest(pc, "lo", "hi", "piece", "held", "first_dev", "partial",
