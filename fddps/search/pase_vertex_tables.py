@@ -578,8 +578,8 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
     which carry the reader's names, are added again. The same floats either way."""
     gid = og.gid if gid is None else gid  # the reader's group per item (configuration, pair)
     sg = pc.gid if sg is None else sg  # the producer's
-    # Each pair of reader and producer configurations is costed once.
-    # (np.unique's sorted pairs and inverse, from a mask over every pair of groups: no sort)
+    # Each pair of reader and producer configurations is costed once (np.unique's sorted
+    # pairs and inverse, from a mask over every pair of groups: no sort).
     combo = gid * pc.K + sg
     present = np.zeros(len(og.reps) * pc.K, dtype=bool)
     present[combo] = True
@@ -587,9 +587,12 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
     back = (np.cumsum(present) - 1)[combo]
     geometry = None
     if memo is not None:
+        # (the reader's statistics split too: which of its parts' rows are one
+        # record depends on their names, :func:`_distinct_rows`)
         key = (_own_digest(pc, "lo", "hi", "piece", "held", "first_dev", "partial",
                            extra=(pc.itemsize, pc.K, pc.P)),
-               _own_digest(og, "valid", "dev", "stats_split"), _inbox_digest(memo, inbox), uniq.tobytes())
+               _own_digest(og, "valid", "dev", "stats_split"), _inbox_digest(memo, inbox),
+               uniq.tobytes())
         geometry = memo.get(key)
     if geometry is None:
         geometry = _feed_geometry(pc, inbox, og, lat, inv, uniq // pc.K, uniq % pc.K)
