@@ -350,13 +350,15 @@ def _kernel_shapes(op, dims, og, ins, outs, keep):
         key = np.concatenate([c.reshape(len(a), -1).astype(np.int64) for c in cols] +
                              [np.zeros((len(a), 0), dtype=np.int64)], axis=1)
         _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        # The distinct keys' boxes as lists, gathered at once (not element by element).
+        x, y = a[first], b[first]
+        boxes = [(lo[x, y].tolist(), hi[x, y].tolist()) for lo, hi in [(og.lo, og.hi)] + list(ins) +
+                 list(outs)]
         got = []
-        for c in first.tolist():
-            x, y = a[c], b[c]
-            box = {d: (int(og.lo[x, y, k]), int(og.hi[x, y, k])) for k, d in enumerate(dims.dims)}
-            in_boxes = [tuple(zip(lo[x, y].tolist(), hi[x, y].tolist())) for lo, hi in ins]
-            out_boxes = [tuple(zip(lo[x, y].tolist(), hi[x, y].tolist())) for lo, hi in outs]
-            got.append(part_kernel_shape(op, dims, box, in_boxes, out_boxes))
+        for c in range(len(first)):
+            own, *tensors = [tuple(zip(lo[c], hi[c])) for lo, hi in boxes]
+            got.append(part_kernel_shape(op, dims, dict(zip(dims.dims, own)),
+                                         tensors[:len(ins)], tensors[len(ins):]))
         picked = np.empty(len(got), dtype=object)
         picked[:] = got
         shapes[a, b] = picked[np.asarray(inverse).reshape(-1)]
@@ -370,7 +372,7 @@ def _vertex_table(ctx, i):
     C = len(ctx.configs[i])
     everyone = np.arange(C)
     inside = set(vtx)
-    load = np.zeros((C, ndev, ndev))
+    moves = []  # transfers (item, source, destination, seconds), in record order
     steps = []  # (row id per configuration, -1: none; device per configuration), in order
     groups_of, pieces_of = ctx.groups, ctx.pieces
 
@@ -448,7 +450,7 @@ def _vertex_table(ctx, i):
                                f"{src}/fddps_reduce_{port}", memo=ctx.feeds)
             feed_rows.append(rows)
             links.append(link)
-        _add_links(load, links)
+        _add_links(moves, links)
         valid = og.valid
         for j in range(P):
             vj = valid[gid, j]
@@ -461,21 +463,21 @@ def _vertex_table(ctx, i):
                 if (rows[:, j] >= 0).any():
                     steps.append((rows[:, j], devj))
         if stats_split.any():
-            _stats_links(og, gid, dims, load, lat, inv, everyone)
+            _stats_links(og, gid, dims, moves, lat, inv, everyone)
 
-    return _valuer(steps, load)
+    return _valuer(steps, moves, C, ndev)
 
 
-def _add_links(load, links):
-    """Add a reader's transfers (one :func:`_feed`'s link per input, None: none) to
-    ``load`` in record order (part, then input, then piece), so that each link's seconds
-    add up as the records' do."""
+def _add_links(moves, links):
+    """Append a reader's transfers (one :func:`_feed`'s link per input, None: none) to
+    ``moves`` in record order (part, then input, then piece), so that each link's
+    seconds add up as the records' do (:func:`_valuer`)."""
     links = [(k, x) for k, x in enumerate(links) if x is not None]
     if not links:
         return
     if len(links) == 1:
         where, src, dst, secs, P, Q = links[0][1]
-        np.add.at(load, (where // (P * Q), src, dst), secs)
+        moves.append((where // (P * Q), src, dst, secs))
         return
     # Several inputs: their cells merged by (item and part, input, piece).
     Qmax = max(x[5] for _, x in links)
@@ -484,24 +486,36 @@ def _add_links(load, links):
     order = np.argsort(key, kind="stable")
     item = np.concatenate([x[0] // (x[4] * x[5]) for _, x in links])[order]
     src, dst, secs = [np.concatenate([x[f] for _, x in links])[order] for f in (1, 2, 3)]
-    np.add.at(load, (item, src, dst), secs)
+    moves.append((item, src, dst, secs))
 
 
-def _valuer(steps, load):
+def _sums(index, weights, n):
+    """``out[i]``: the sum of ``weights`` at ``index == i``, added in their order from 0.0
+    (as ``np.add.at`` into zeros, in one pass: ``np.bincount``)."""
+    return np.bincount(index, weights=weights, minlength=n)
+
+
+def _valuer(steps, moves, C, ndev):
     """``value(costs)``: per configuration (pair), its busiest device's seconds (``steps``'
-    rows summed in order) plus its busiest link's (``load``)."""
-    C, ndev = load.shape[0], load.shape[1]
+    rows summed in order) plus its busiest link's (``moves``' seconds summed in order)."""
+    if moves:
+        index = np.concatenate([(item * ndev + src) * ndev + dst for item, src, dst, _ in moves])
+        load = _sums(index, np.concatenate([m[3] for m in moves]), C * ndev * ndev)
+    else:
+        load = np.zeros(C * ndev * ndev)
+    link = load.reshape(C, -1).max(axis=1)
 
     def value(costs):
-        # add.at adds in index order (steps, then items): each device's seconds summed in
-        # step order from 0; a step with no row adds an exact 0.
+        # Each device's seconds summed in step order from 0; a step with no row adds an
+        # exact 0.
         busy = np.zeros((C, ndev))
         if steps:
             rows = np.stack([r for r, _ in steps])
             dev = np.stack([d for _, d in steps])
             sec = np.where(rows >= 0, costs[np.maximum(rows, 0), dev], 0.0)
-            np.add.at(busy, (np.broadcast_to(np.arange(C), rows.shape), dev), sec)
-        return busy.max(axis=1) + load.reshape(C, -1).max(axis=1)
+            busy = _sums((np.arange(C) * ndev + dev).reshape(-1), sec.reshape(-1),
+                         C * ndev).reshape(C, ndev)
+        return busy.max(axis=1) + link
 
     return value
 
@@ -564,15 +578,21 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
     which carry the reader's names, are added again. The same floats either way."""
     gid = og.gid if gid is None else gid  # the reader's group per item (configuration, pair)
     sg = pc.gid if sg is None else sg  # the producer's
-    # Each pair of reader and producer configurations is costed once.
+    # Each pair of reader and producer configurations is costed once (np.unique's sorted
+    # pairs and inverse, from a mask over every pair of groups: no sort).
     combo = gid * pc.K + sg
-    uniq, back = np.unique(combo, return_inverse=True)
-    back = np.asarray(back).reshape(-1)
+    present = np.zeros(len(og.reps) * pc.K, dtype=bool)
+    present[combo] = True
+    uniq = np.flatnonzero(present)
+    back = (np.cumsum(present) - 1)[combo]
     geometry = None
     if memo is not None:
+        # (the reader's statistics split too: which of its parts' rows are one
+        # record depends on their names, :func:`_distinct_rows`)
         key = (_own_digest(pc, "lo", "hi", "piece", "held", "first_dev", "partial",
                            extra=(pc.itemsize, pc.K, pc.P)),
-               _own_digest(og, "valid", "dev"), _inbox_digest(memo, inbox), uniq.tobytes())
+               _own_digest(og, "valid", "dev", "stats_split"), _inbox_digest(memo, inbox),
+               uniq.tobytes())
         geometry = memo.get(key)
     if geometry is None:
         geometry = _feed_geometry(pc, inbox, og, lat, inv, uniq // pc.K, uniq % pc.K)
@@ -741,16 +761,18 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
         return _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg)
     item = pc.itemsize
     el = _elements(pc, inbox, og, gid, sg)
-    ok = el > 0
-    # The cells where a part meets a piece (C order: record order), and their transfers.
-    ci, pi, qi = np.nonzero(ok)
-    cp = ci * P + pi
-    nbytes = el.reshape(-1)[cp * Q + qi] * item
+    # The cells where a part meets a piece (C order: record order), and their transfers:
+    # a part reads a piece from its own device where that holds the piece, else from the
+    # piece's first device.
+    cells = np.flatnonzero(el > 0)
+    cp, qi = np.divmod(cells, Q)  # (item, part), piece
+    ci = cp // P
+    nbytes = el.reshape(-1)[cells] * item
     dst = og.dev[gid].reshape(-1)[cp]
     sq = sg[ci] * Q + qi
     ndev = pc.held.shape[2]
-    src = np.where(pc.held.reshape(-1)[sq * ndev + dst], dst, pc.first_dev.reshape(-1)[sq])
-    move = src != dst
+    src = pc.first_dev.reshape(-1)[sq]
+    move = (src != dst) & ~pc.held.reshape(-1)[sq * ndev + dst]
     if item <= 0:
         move &= nbytes > 0
     move = np.flatnonzero(move)
@@ -763,10 +785,8 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
         if not keep.all():
             move, s, d, secs = move[keep], s[keep], d[keep], secs[keep]
         if len(move):
-            link = (cp[move] * Q + qi[move], s, d, secs, P, Q)
-    # Pieces each part reads, and the first of them (0 where none, as argmax).
-    count = ok.sum(axis=2)
-    one = np.argmax(ok, axis=2)
+            link = (cells[move], s, d, secs, P, Q)
+    count, one = _pieces_read(cp, qi, el.shape[:2])
     V = og.valid[gid]
     kind = np.where(pc.partial[sg][:, None], 2,
                     np.where(count > 1, 0, np.where(count == 1, 1, -1)))
@@ -789,7 +809,7 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
     some = kind >= 0
     if not some.any():
         return (V.shape, link, None, None, None, None, None, None, None, None, None)
-    g, ci, pi, inverse = _distinct_rows(kind, some, gid, sg, one, count, pc, og, Q)
+    g, ci, pi, inverse = _distinct_rows(kind, some, gid, sg, one, count, pc, og, inbox)
     kd = kind[ci, pi]
     gi, si, oi = gid[ci], sg[ci], one[ci, pi]
     sz = np.prod(in_hi[gi, pi] - in_lo[gi, pi], axis=-1).astype(np.float64) * item
@@ -798,19 +818,48 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
             *_row_costs(kd, sz, count[ci, pi], piece, item))
 
 
-def _distinct_rows(kind, some, gid, sg, one, count, pc, og, Q):
-    """One row per distinct (kind, reader configuration, part, count or piece) of the cells
-    in ``some``: the configurations' group per cell, the first cell of each row (item,
-    part) and each cell's row."""
+def _pieces_read(cp, qi, shape):
+    """``(count, one)`` of shape ``shape`` (items, parts): how many pieces each part reads,
+    and the first of them (0 where none, as ``argmax``), from the cells where a part
+    meets a piece (``cp``: item * parts + part, ``qi``: piece; in C order)."""
+    n = shape[0] * shape[1]
+    count = np.bincount(cp, minlength=n)
+    one = np.zeros(n, dtype=np.int64)
+    if len(cp):
+        first = np.flatnonzero(np.concatenate([[True], cp[1:] != cp[:-1]]))
+        one[cp[first]] = qi[first]
+    return count.reshape(shape), one.reshape(shape)
+
+
+def _distinct_rows(kind, some, gid, sg, one, count, pc, og, inbox):
+    """One row per distinct record the cells in ``some`` pay: the configurations' group
+    per cell, the first cell of each row (item, part) and each cell's row.
+
+    Cells share a row where their records are equal field by field: the same kind, the
+    same reader name (given by the part's index and whether its configuration splits the
+    op and its statistics: :meth:`Context.reads`' consumer), the same reader box size, and
+    the same count of partial sums (a reduce) or size of the piece sliced (a slice). Keyed
+    by sizes rather than by which configuration or piece it is, a feed's rows shrink
+    several-fold (AlexNet at 8 GPUs: 132k to 20k), and so does the cost-model call."""
     K, P = og.valid.shape
-    g = np.broadcast_to(gid[:, None], kind.shape)
-    j = np.broadcast_to(np.arange(P)[None, :], kind.shape)
-    x = np.where(kind == 2, count, np.where(kind == 1, sg[:, None] * Q + one, 0))
-    X = max(pc.K * Q, P + 1) + 1
-    code = ((kind * K + g) * P + j) * X + x
-    _, at, inverse = np.unique(code[some], return_index=True, return_inverse=True)
+    in_lo, in_hi = inbox
+    # The sizes as the rows compute them (integer products of the extents): equal codes,
+    # equal fields.
+    _, size = np.unique(np.prod(in_hi - in_lo, axis=-1), return_inverse=True)
+    naming = og.split.astype(np.int64) + 2 * og.stats_split  # 0 to 3
+    reader = (np.asarray(size).reshape(K, P) * 4 + naming[:, None]) * P + np.arange(P)
+    _, piece = np.unique(np.prod(pc.hi - pc.lo, axis=-1), return_inverse=True)
+    piece = np.asarray(piece).reshape(pc.lo.shape[:2])
+    x = np.where(kind == 2, count, np.where(kind == 1, piece[sg[:, None], one], 0))
+    X = max(int(piece.max(initial=0)), int(count.max(initial=0))) + 1
+    code = (kind * (int(reader.max()) + 1) + reader[gid]) * X + x
+    # Rows numbered in order of first appearance (hashing: about twice as fast as
+    # np.unique's sort on the large feeds); a row's number does not change its value.
+    inverse, _ = pd.factorize(code[some])
+    at = np.flatnonzero(np.diff(np.maximum.accumulate(inverse), prepend=-1) > 0)
     ci, pi = np.nonzero(some)
-    return g, ci[at], pi[at], np.asarray(inverse).reshape(-1)
+    g = np.broadcast_to(gid[:, None], kind.shape)
+    return g, ci[at], pi[at], inverse
 
 
 def _row_costs(kd, sz, count, piece, item):
@@ -863,14 +912,7 @@ def _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg):
         if keep.any():
             where = (ci[move] * P + pi[move]) * Q + qi[move]
             link = (where[keep], s[keep], d[keep], secs[keep], P, Q)
-    # Pieces each part reads, and the first of them (0 where none, as argmax).
-    flat = ci * P + pi
-    count = np.bincount(flat, minlength=C * P).reshape(C, P)
-    one = np.zeros(C * P, dtype=np.int64)
-    if len(flat):
-        first = np.flatnonzero(np.concatenate([[True], flat[1:] != flat[:-1]]))
-        one[flat[first]] = qi[first]
-    one = one.reshape(C, P)
+    count, one = _pieces_read(ci * P + pi, qi, (C, P))
     # The row paid: a reduce of partial sums, a concatenation of several pieces, or a
     # slice of one (none when it is the whole piece, or a view).
     partial = np.broadcast_to(pc.partial[sg][:, None], V.shape)
@@ -889,7 +931,7 @@ def _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg):
     kind = np.where((kind == 1) & (whole_piece | view), -1, kind)
     some = kind >= 0
     if some.any():
-        g, ci, pi, inverse = _distinct_rows(kind, some, gid, sg, one, count, pc, og, Q)
+        g, ci, pi, inverse = _distinct_rows(kind, some, gid, sg, one, count, pc, og, inbox)
         kd = kind[ci, pi]
         sz = size[ci, pi]
         piece = np.prod(pext[ci, pi], axis=-1).astype(np.float64) * item
@@ -928,7 +970,7 @@ def _edge_table(ctx, u, v, readers, ku, kv):
     nu, nv = len(rep[u]), len(rep[v])
     npairs = nu * nv
     pair_cfg = {u: rep[u][np.repeat(np.arange(nu), nv)], v: rep[v][np.tile(np.arange(nv), nu)]}
-    load = np.zeros((npairs, ctx.ndev, ctx.ndev))
+    moves = []  # transfers (pair, source, destination, seconds), in record order
     steps = []
     for n in readers:
         op = step.ops[n]
@@ -953,13 +995,13 @@ def _edge_table(ctx, u, v, readers, ku, kv):
                                memo=ctx.feeds)
             feed_rows.append(rows)
             links.append(link)
-        _add_links(load, links)
+        _add_links(moves, links)
         dev = og.dev[gid]
         for j in range(og.P):
             for rows in feed_rows:
                 if (rows[:, j] >= 0).any():
                     steps.append((rows[:, j], dev[:, j]))
-    value = _valuer(steps, load)
+    value = _valuer(steps, moves, npairs, ctx.ndev)
     ku, kv = np.asarray(ku), np.asarray(kv)
 
     def table(costs):
@@ -968,7 +1010,7 @@ def _edge_table(ctx, u, v, readers, ku, kv):
     return table
 
 
-def _stats_links(og, gid, dims, load, lat, inv, everyone):
+def _stats_links(og, gid, dims, moves, lat, inv, everyone):
     """The statistics each part sends to the other parts of its channels (``op_records``'
     last records), in its order: part ``p`` to part ``q``, ``q`` fastest."""
     channels = [og.letter[d] for d in dims.dims if d not in dims.stats]
@@ -989,7 +1031,7 @@ def _stats_links(og, gid, dims, load, lat, inv, everyone):
                 ext = ext * (og.hi[:, p, i] - og.lo[:, p, i])
             nbytes = 2 * 4 * ext.astype(np.float64)
             w = np.where(move, lat[a, b] + nbytes * inv[a, b], 0.0)
-            load[everyone, a[gid], b[gid]] += w[gid]
+            moves.append((everyone, a[gid], b[gid], w[gid]))
 
 
 __all__ = ["Context", "RowSink", "edge_table", "vertex_table"]

@@ -33,7 +33,6 @@ that it does not split on the group's home device (spread by bytes, as
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections import defaultdict
 
@@ -368,12 +367,14 @@ def _op_config(op, dims, mapping, f, stride, devices) -> OpConfig:
              if d in mapping and f.get(mapping[d], 1) > 1 and f[mapping[d]] <= dims.extent[d]}
     if not split:
         return OpConfig({}, (devices[0],))
-    ranges = [range(split.get(d, 1)) for d in dims.dims]
-    devs = []
-    for coords in itertools.product(*ranges):
-        j = sum(x * stride[mapping[d]] for d, x in zip(dims.dims, coords) if d in split)
-        devs.append(devices[j])
-    return OpConfig(split, tuple(devs))
+    # Each part's device: its coordinates times the anchor's strides, parts enumerated
+    # over the op's dimensions with the last fastest (as itertools.product).
+    offsets = [0]
+    for d in dims.dims:
+        if d in split:
+            s = stride[mapping[d]]
+            offsets = [o + x * s for o in offsets for x in range(split[d])]
+    return OpConfig(split, tuple(devices[j] for j in offsets))
 
 
 def vertex_homes(step, devices) -> dict:
