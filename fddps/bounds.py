@@ -130,8 +130,10 @@ def communication_lower_bound(graph, cluster) -> float:
     types = [d.type for d in cluster.devices]
     for t in set(types):
         devs = [k for k in range(m) if types[k] == t]
+        if len(devs) == m:  # one type: bound 1's work bound already
+            continue
         only = [i for i in range(n) if set(allowed[i]) <= set(devs)]
-        if only and len(devs) < m:
+        if only:
             work = sum(min(et[i, k] * cluster.speed[k] for k in allowed[i]) for i in only)
             best = max(best, work / sustained_speed(cluster, devs))
     # 3. The path bound with transfers; interchangeable devices give equal
@@ -145,24 +147,24 @@ def communication_lower_bound(graph, cluster) -> float:
     uniform = bool(m > 1 and not cluster.transfer_compute.any() and not cluster.shares_links
                    and np.ptp(lat[off]) == 0 and np.ptp(inv[off]) == 0)
     lat0, inv0 = (float(lat[off][0]), float(inv[off][0])) if uniform else (0.0, 0.0)
-    finish = np.zeros(n)
-    pred_ptr, pred_idx, pred_eid = graph.pred_ptr, graph.pred_idx, graph.pred_eid
+    # Python lists and floats in the loop (numpy's per-element access costs more
+    # than the arithmetic; the values are the same).
+    finish = [0.0] * n
+    et_rows, inputs = et.tolist(), graph.input_pairs()
     for o in graph.topo.tolist():
-        parents = pred_idx[pred_ptr[o]:pred_ptr[o + 1]].tolist()
-        nbytes = graph.bytes[pred_eid[pred_ptr[o]:pred_ptr[o + 1]]]
         f_best = np.inf
         for k in allowed[o]:
             if k not in reps:
                 continue
             arrive = []
-            for p, b in zip(parents, nbytes.tolist()):
+            for p, b in inputs[o]:
                 if uniform:
                     w = lat0 + b * inv0 if allowed[p] != [k] else np.inf
                 else:
                     w = min((lat[a, k] + b * inv[a, k] for a in allowed[p] if a != k),
                             default=np.inf)
                 on_k = k in allowed[p]
-                arrive.append((finish[p] + w, finish[p], et[p, k] if on_k else np.inf, on_k))
+                arrive.append((finish[p] + w, finish[p], et_rows[p][k] if on_k else np.inf, on_k))
             arrive.sort(key=lambda t: -t[0])
             start, serial, latest = np.inf, 0.0, 0.0
             for j in range(len(arrive) + 1):
@@ -173,9 +175,9 @@ def communication_lower_bound(graph, cluster) -> float:
                     break
                 serial += arrive[j][2]
                 latest = max(latest, arrive[j][1])
-            f_best = min(f_best, start + et[o, k])
+            f_best = min(f_best, start + et_rows[o][k])
         finish[o] = f_best
-    return float(max(best, finish.max()))
+    return float(max(best, max(finish)))
 
 
 def identical_device_classes(graph, cluster, et, allowed, capacity=None, keep_singletons=False):
