@@ -5,6 +5,18 @@ import numpy as np
 from .paths import allowed_devices, bottom_levels
 
 
+def _once(graph, cluster, bound):
+    """``bound(graph, cluster)``, computed once per graph and cluster object and kept
+    on the graph (both are read-only): placing a graph asks for the same bound
+    several times (the refinement's stop, each schedule's ``info["lower_bound"]``,
+    the order guard's one-device schedule)."""
+    cache = graph.__dict__.setdefault("_bounds", {})
+    kept = cache.get(bound.__name__)
+    if kept is None or kept[0] is not cluster:
+        kept = cache[bound.__name__] = (cluster, bound(graph, cluster))
+    return kept[1]
+
+
 def lower_bound(graph, cluster) -> float:
     """``max(critical path, total work / total speed)``, transfers ignored.
 
@@ -19,6 +31,10 @@ def lower_bound(graph, cluster) -> float:
     >>> lower_bound(g, Cluster.homogeneous(2))
     3.0
     """
+    return _once(graph, cluster, _lower_bound)
+
+
+def _lower_bound(graph, cluster) -> float:
     if graph.num_ops == 0:
         return 0.0
     et = graph.exec_times(cluster)
@@ -120,6 +136,10 @@ def communication_lower_bound(graph, cluster) -> float:
     >>> lower_bound(g, c), communication_lower_bound(g, c)
     (3.0, 5.0)
     """
+    return _once(graph, cluster, _communication_lower_bound)
+
+
+def _communication_lower_bound(graph, cluster) -> float:
     if graph.num_ops == 0:
         return 0.0
     n, m = graph.num_ops, cluster.num_devices
