@@ -5,6 +5,18 @@ import numpy as np
 from .paths import allowed_devices, bottom_levels
 
 
+def _once(graph, cluster, bound):
+    """``bound(graph, cluster)``, computed once per graph and cluster object and kept
+    on the graph (both are read-only): placing a graph asks for the same bound
+    several times (the refinement's stop, each schedule's ``info["lower_bound"]``,
+    the order guard's one-device schedule)."""
+    cache = graph.__dict__.setdefault("_bounds", {})
+    kept = cache.get(bound.__name__)
+    if kept is None or kept[0] is not cluster:
+        kept = cache[bound.__name__] = (cluster, bound(graph, cluster))
+    return kept[1]
+
+
 def lower_bound(graph, cluster) -> float:
     """``max(critical path, total work / total speed)``, transfers ignored.
 
@@ -19,6 +31,10 @@ def lower_bound(graph, cluster) -> float:
     >>> lower_bound(g, Cluster.homogeneous(2))
     3.0
     """
+    return _once(graph, cluster, _lower_bound)
+
+
+def _lower_bound(graph, cluster) -> float:
     if graph.num_ops == 0:
         return 0.0
     et = graph.exec_times(cluster)
@@ -120,6 +136,10 @@ def communication_lower_bound(graph, cluster) -> float:
     >>> lower_bound(g, c), communication_lower_bound(g, c)
     (3.0, 5.0)
     """
+    return _once(graph, cluster, _communication_lower_bound)
+
+
+def _communication_lower_bound(graph, cluster) -> float:
     if graph.num_ops == 0:
         return 0.0
     n, m = graph.num_ops, cluster.num_devices
@@ -130,8 +150,10 @@ def communication_lower_bound(graph, cluster) -> float:
     types = [d.type for d in cluster.devices]
     for t in set(types):
         devs = [k for k in range(m) if types[k] == t]
+        if len(devs) == m:  # one type: bound 1's work bound already
+            continue
         only = [i for i in range(n) if set(allowed[i]) <= set(devs)]
-        if only and len(devs) < m:
+        if only:
             work = sum(min(et[i, k] * cluster.speed[k] for k in allowed[i]) for i in only)
             best = max(best, work / sustained_speed(cluster, devs))
     # 3. The path bound with transfers; interchangeable devices give equal
@@ -145,24 +167,24 @@ def communication_lower_bound(graph, cluster) -> float:
     uniform = bool(m > 1 and not cluster.transfer_compute.any() and not cluster.shares_links
                    and np.ptp(lat[off]) == 0 and np.ptp(inv[off]) == 0)
     lat0, inv0 = (float(lat[off][0]), float(inv[off][0])) if uniform else (0.0, 0.0)
-    finish = np.zeros(n)
-    pred_ptr, pred_idx, pred_eid = graph.pred_ptr, graph.pred_idx, graph.pred_eid
+    # Python lists and floats in the loop (numpy's per-element access costs more
+    # than the arithmetic; the values are the same).
+    finish = [0.0] * n
+    et_rows, inputs = et.tolist(), graph.input_pairs()
     for o in graph.topo.tolist():
-        parents = pred_idx[pred_ptr[o]:pred_ptr[o + 1]].tolist()
-        nbytes = graph.bytes[pred_eid[pred_ptr[o]:pred_ptr[o + 1]]]
         f_best = np.inf
         for k in allowed[o]:
             if k not in reps:
                 continue
             arrive = []
-            for p, b in zip(parents, nbytes.tolist()):
+            for p, b in inputs[o]:
                 if uniform:
                     w = lat0 + b * inv0 if allowed[p] != [k] else np.inf
                 else:
                     w = min((lat[a, k] + b * inv[a, k] for a in allowed[p] if a != k),
                             default=np.inf)
                 on_k = k in allowed[p]
-                arrive.append((finish[p] + w, finish[p], et[p, k] if on_k else np.inf, on_k))
+                arrive.append((finish[p] + w, finish[p], et_rows[p][k] if on_k else np.inf, on_k))
             arrive.sort(key=lambda t: -t[0])
             start, serial, latest = np.inf, 0.0, 0.0
             for j in range(len(arrive) + 1):
@@ -173,9 +195,9 @@ def communication_lower_bound(graph, cluster) -> float:
                     break
                 serial += arrive[j][2]
                 latest = max(latest, arrive[j][1])
-            f_best = min(f_best, start + et[o, k])
+            f_best = min(f_best, start + et_rows[o][k])
         finish[o] = f_best
-    return float(max(best, finish.max()))
+    return float(max(best, max(finish)))
 
 
 def identical_device_classes(graph, cluster, et, allowed, capacity=None, keep_singletons=False):

@@ -563,7 +563,11 @@ class Cluster:
         m = self.num_devices
         if m == 1:
             return np.zeros_like(np.asarray(nbytes, dtype=np.float64))
-        off = ~np.eye(m, dtype=bool)
-        lat = self.latency[off].mean()
-        inv_bw = self.inv_bandwidth[off].mean()
+        # The means, once per cluster (its arrays are read-only): asked per edge
+        # and per split candidate.
+        link = self.__dict__.get("_mean_link")
+        if link is None:
+            off = ~np.eye(m, dtype=bool)
+            link = self._mean_link = (self.latency[off].mean(), self.inv_bandwidth[off].mean())
+        lat, inv_bw = link
         return lat + np.asarray(nbytes, dtype=np.float64) * inv_bw

@@ -336,6 +336,7 @@ class OpGraph:
         rev = object.__new__(OpGraph)
         rev.__dict__.update(self.__dict__)
         rev.__dict__.pop("_input_pairs", None)  # the inputs of the reversed graph differ
+        rev.__dict__.pop("_bounds", None)       # and so may its bounds, rounded
         rev.src, rev.dst = self.dst, self.src
         rev.succ_ptr, rev.succ_eid, rev.succ_idx = self.pred_ptr, self.pred_eid, self.pred_idx
         rev.pred_ptr, rev.pred_eid, rev.pred_idx = self.succ_ptr, self.succ_eid, self.succ_idx

@@ -379,3 +379,45 @@ def test_read_stg_rejects_malformed_files(tmp_path):
     short.write_text("3\n0 0 0\n1 4 1 0\n")
     with pytest.raises(GraphError, match="expected 3 tasks"):
         read_stg(short)
+
+
+def _earliest_start_by_scan(intervals, ready, duration):
+    """Reference for DeviceTimeline.earliest_start: the first gap after ``ready``, by a
+    walk over the sorted intervals."""
+    t = ready
+    for start, finish in sorted(intervals):
+        if t + duration <= start:
+            return t
+        t = max(t, finish)
+    return t
+
+
+def test_device_timeline_keeps_its_largest_gaps_and_finds_slots_as_a_plain_scan():
+    from fddps.algorithms.base import DeviceTimeline
+
+    class SmallBlocks(DeviceTimeline):  # splits, several blocks and the gaps between them
+        __slots__ = ()
+        BLOCK = 4
+
+    rng = np.random.default_rng(3)
+    tl, placed = SmallBlocks(), []
+    for op in range(400):
+        ready, duration = float(rng.uniform(0, 60)), float(rng.choice([0.0, rng.exponential(1.0)]))
+        start = tl.earliest_start(ready, duration)
+        assert start == _earliest_start_by_scan(placed, ready, duration)
+        tl.add(op, start, start + duration)
+        placed.append((start, start + duration))
+        # What add() keeps incrementally is what a full recount gives.
+        assert all(b.max_gap == max(b.gaps) for b in tl.blocks)
+    assert sorted(tl.ops) == list(range(400))
+
+
+def test_lower_bounds_are_kept_per_graph_and_cluster_not_for_the_reversed_graph():
+    from fddps.bounds import communication_lower_bound, lower_bound
+
+    g = OpGraph(list("abc"), [2.0, 2.0, 1.0], [("a", "c", 4.0), ("b", "c", 4.0)])
+    slow, fast = Cluster.homogeneous(2, bandwidth=1.0), Cluster.homogeneous(2, bandwidth=1e9)
+    assert communication_lower_bound(g, slow) == 5.0
+    assert communication_lower_bound(g, fast) == pytest.approx(3.0)  # another cluster: recomputed
+    assert lower_bound(g, fast) == 3.0
+    assert "_bounds" not in g.reversed().__dict__

@@ -78,3 +78,20 @@ def test_fddps_takes_the_threshold_as_an_option():
     for bad in (-0.1, 1.0, "0.1", True):
         with pytest.raises(ValueError, match="improve_min_gain"):
             fddps.schedule(graph, cluster, improve_min_gain=bad)
+
+
+def test_fresh_states_share_the_tables_and_schedule_as_new_ones():
+    from fddps.algorithms.base import PlacementState, list_schedule
+
+    g = training_graph(200, seed=4)
+    c = fddps.Cluster.homogeneous(4, bandwidth=1e9, latency=1e-5)
+    empty = PlacementState(g, c)
+    priority = -fddps.get_algorithm("heft").schedule(g, c).finish
+    a = list_schedule(empty.fresh(), priority)
+    b = list_schedule(PlacementState(g, c), priority)
+    assert a.device == b.device and a.start == b.start
+    assert empty.device == [-1] * g.num_ops  # the template itself stays empty
+    rev = empty.fresh(g.reversed())
+    assert rev.allowed is empty.allowed and rev.inputs == g.reversed().input_pairs()
+    with pytest.raises(ValueError, match="same ops"):
+        empty.fresh(training_graph(50, seed=1))

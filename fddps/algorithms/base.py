@@ -36,6 +36,11 @@ from ..schedule import Schedule
 
 _REGISTRY: dict[str, type] = {}
 
+#: Relative margin for rounding in :meth:`PlacementState.candidates`' shortcut: a
+#: device's bytes in use, summed op by op, exceed their share of the total summed
+#: the same way by at most (ops x 2**-53) of it, far under this for any graph.
+_MEMORY_SLACK = 1e-9
+
 #: Whether a :class:`PlacementState` built now reserves transient bytes too.
 _RESERVE_TRANSIENT = contextvars.ContextVar("fddps_reserve_transient", default=True)
 
@@ -272,10 +277,14 @@ class DeviceTimeline:
         With ``insertion`` the op may go into an idle gap between ops already
         placed (HEFT's insertion policy); without, only after the last one.
         """
-        if not insertion or ready >= self.free_at or not self.blocks:
-            return max(ready, self.free_at)
-        b = max(bisect_right(self.firsts, ready) - 1, 0)
-        block = self.blocks[b]
+        free_at = self.free_at
+        if ready >= free_at or not insertion or not self.blocks:
+            return ready if ready >= free_at else free_at
+        blocks = self.blocks
+        b = bisect_right(self.firsts, ready) - 1
+        if b < 0:
+            b = 0
+        block = blocks[b]
         # Within the block holding `ready`: the gap around it, then the later
         # ones (whole gaps, so none fits unless the block's largest does).
         t = ready
@@ -286,6 +295,8 @@ class DeviceTimeline:
                 return t
             if block.max_gap < duration:
                 t = finishes[-1]
+                if block is blocks[-1]:
+                    return t  # the device's last op: no later gap
             else:
                 for k in range(k, len(starts)):
                     if t + duration <= starts[k]:
@@ -294,7 +305,6 @@ class DeviceTimeline:
                         t = finishes[k]
         # Later blocks start after `ready`: only the gap in front of their first
         # interval depends on t; the others are skipped unless long enough.
-        blocks = self.blocks
         for b in range(b + 1, len(blocks)):
             block = blocks[b]
             if t + duration <= block.starts[0]:
@@ -334,19 +344,27 @@ class DeviceTimeline:
             k += 1
         prev_finish = (block.finishes[k - 1] if k else
                        self.blocks[b - 1].finishes[-1] if b else 0.0)
+        # The op splits the gap in front of interval k (or of the next block's
+        # first): a block's largest gap is searched again only if that was it.
+        gap = start - prev_finish
         block.starts.insert(k, start)
         block.finishes.insert(k, finish)
         block.ops.insert(k, op)
-        block.gaps.insert(k, start - prev_finish)
+        block.gaps.insert(k, gap)
         if k + 1 < len(block.starts):
-            block.gaps[k + 1] = block.starts[k + 1] - finish
-        elif b + 1 < len(self.blocks):
-            nxt = self.blocks[b + 1]
-            nxt.gaps[0] = nxt.starts[0] - finish
-            nxt.max_gap = max(nxt.gaps)
+            split, block.gaps[k + 1] = block.gaps[k + 1], block.starts[k + 1] - finish
+            block.max_gap = (max(block.max_gap, gap, block.gaps[k + 1])
+                             if split < block.max_gap else max(block.gaps))
+        else:
+            if gap > block.max_gap:
+                block.max_gap = gap
+            if b + 1 < len(self.blocks):
+                nxt = self.blocks[b + 1]
+                split, nxt.gaps[0] = nxt.gaps[0], nxt.starts[0] - finish
+                nxt.max_gap = (max(nxt.max_gap, nxt.gaps[0]) if split < nxt.max_gap
+                               else max(nxt.gaps))
         if k == 0:
             self.firsts[b] = start
-        block.max_gap = max(block.gaps)
         if len(block.ops) > 2 * self.BLOCK:
             h = self.BLOCK
             tail = _Block(block.starts[h:], block.finishes[h:], block.ops[h:], block.gaps[h:])
@@ -386,10 +404,6 @@ class PlacementState:
         # Shared cores: charge each device its share of them (Cluster.slowdown),
         # as if every device of its group were busy; the replay is exact.
         self.et_rows = (self.et * cluster.slowdown if cluster.shares_cores else self.et).tolist()
-        self.device = [-1] * n
-        self.start = [0.0] * n
-        self.finish = [0.0] * n
-        self.timelines = [DeviceTimeline() for _ in range(m)]
         self.latency = cluster.latency.tolist()
         self.inv_bw = cluster.inv_bandwidth.tolist()
         off = ~np.eye(m, dtype=bool)
@@ -401,20 +415,19 @@ class PlacementState:
         self.share = cluster.transfer_compute.tolist()
         # A fitted per-transfer CPU cost makes the share depend on the bytes.
         self.transfer_share = cluster.transfer_share if cluster.transfer_cpu is not None else None
-        self.received = {}  # (producer, device) -> when its tensor is there
         # Shared link resources (network interfaces, PCIe uplinks): transfers
         # queue on them, one after another (see ready_time).
         self.links = cluster.shares_links
         self.link_path = cluster.link_path
-        self.link_free = [0.0] * len(cluster.link_resources)
-        self.arrived = {}   # (producer, device) -> when its tensor got there over shared links
         self.uniform_links = bool(m > 1 and not self.charged and not self.links
                                   and np.ptp(cluster.latency[off]) == 0
                                   and np.ptp(cluster.inv_bandwidth[off]) == 0)
         self._link = ((float(cluster.latency[off][0]), float(cluster.inv_bandwidth[off][0]))
                       if self.uniform_links else None)
         self.capacity = cluster.memory.tolist()
-        self.mem_used = [0.0] * m
+        # What every device surely has room for while the bytes reserved on all
+        # devices together stay under it (see candidates).
+        self._roomy = float(cluster.memory.min()) * (1 - _MEMORY_SLACK) if m else 0.0
         if reserve_transient is None:
             reserve_transient = _RESERVE_TRANSIENT.get()
         self.reserve_transient = bool(reserve_transient)
@@ -425,11 +438,41 @@ class PlacementState:
         n_groups = int(groups.max()) + 1 if n and groups.max() >= 0 else 0
         self.group_need = np.bincount(groups[groups >= 0], weights=need[groups >= 0],
                                       minlength=n_groups).tolist()
-        self.group_device = [-1] * n_groups
         self.allowed = self._allowed_devices()
         # Inputs of each op, as (producer, bytes) pairs.
         self.inputs = graph.input_pairs()
         self._check_memory(need)
+        self._reset()
+
+    def _reset(self):
+        """Nothing placed: what :meth:`place` changes, set as it is before the first op."""
+        n, m = self.n, self.m
+        self.device = [-1] * n
+        self.start = [0.0] * n
+        self.finish = [0.0] * n
+        self.timelines = [DeviceTimeline() for _ in range(m)]
+        self.received = {}  # (producer, device) -> when its tensor is there
+        self.link_free = [0.0] * len(self.cluster.link_resources)
+        self.arrived = {}   # (producer, device) -> when its tensor got there over shared links
+        self.mem_used = [0.0] * m
+        self.reserved = 0.0  # bytes reserved on all devices together
+        self.group_device = [-1] * len(self.group_need)
+
+    def fresh(self, graph=None) -> "PlacementState":
+        """An empty state with this one's cluster, execution times, memory
+        reservation and constraint tables (computed once, shared), for ``graph``:
+        this state's graph (default) or one with the same ops, such as its
+        :meth:`~fddps.OpGraph.reversed` (a forward-backward pass makes two states a
+        pass; building each from scratch costs ~10 ms at 20,000 ops).
+        """
+        graph = self.graph if graph is None else graph
+        if graph.names is not self.graph.names and graph.names != self.graph.names:
+            raise ValueError("fresh(): the graph must have the same ops as this state's")
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.graph, new.inputs = graph, graph.input_pairs()
+        new._reset()
+        return new
 
     # -- feasibility --------------------------------------------------------------
     def _allowed_devices(self):
@@ -444,14 +487,17 @@ class PlacementState:
                 f"the graph needs {total:.6g} bytes of device memory ({what}) but the cluster "
                 f"has {capacity:.6g} in all", needed=total, available=capacity)
         biggest = float(self.cluster.memory.max())
-        for i in range(self.n):
-            g = self.group[i]
-            unit = self.group_need[g] if g >= 0 else self.need[i]
-            if unit > biggest:
-                what = "colocation group of op" if g >= 0 else "op"
-                raise InfeasibleError(
-                    f"the {what} {self.graph.names[i]!r} needs {unit:.6g} bytes but the largest "
-                    f"device has {biggest:.6g}", needed=unit, available=biggest)
+        # What placing each op first reserves: its group's bytes, or its own.
+        groups = self.graph.colocation
+        units = np.where(groups >= 0, np.asarray(self.group_need + [0.0])[groups], need)
+        over = np.flatnonzero(units > biggest)
+        if over.size:
+            i = int(over[0])
+            unit = float(units[i])
+            what = "colocation group of op" if groups[i] >= 0 else "op"
+            raise InfeasibleError(
+                f"the {what} {self.graph.names[i]!r} needs {unit:.6g} bytes but the largest "
+                f"device has {biggest:.6g}", needed=unit, available=biggest)
 
     def memory_needed(self, i: int) -> float:
         """Bytes placing op ``i`` now would reserve (its whole group's on first placement)."""
@@ -463,6 +509,8 @@ class PlacementState:
     def candidates(self, i: int) -> list[int]:
         """Devices op ``i`` may go to now: runnable, pinned or colocated, with memory left.
 
+        The list returned is not to be modified (it may be ``allowed[i]`` itself).
+
         Raises
         ------
         InfeasibleError
@@ -472,6 +520,11 @@ class PlacementState:
         if g >= 0 and self.group_device[g] >= 0:
             return [self.group_device[g]]
         need = self.memory_needed(i)
+        # No device holds more than all reserved bytes: while those and `need` fit
+        # the smallest device (with a margin for the sums' rounding), every device
+        # passes the test below, which need not be made (nor a new list).
+        if need + self.reserved * (1 + _MEMORY_SLACK) <= self._roomy:
+            return self.allowed[i]
         devs = [k for k in self.allowed[i] if self.mem_used[k] + need <= self.capacity[k]]
         if not devs:
             free = {self.cluster.names[k]: self.capacity[k] - self.mem_used[k] for k in self.allowed[i]}
@@ -567,13 +620,19 @@ class PlacementState:
         largest or, on the device holding the largest, the second largest
         per-device maximum.
         """
-        if not self.uniform_links or not self.inputs[i]:
+        inputs = self.inputs[i]
+        if not self.uniform_links or not inputs:
             return [self.ready_time(i, k) for k in devices]
         lat, inv = self._link
         dev, fin = self.device, self.finish
+        if len(inputs) == 1:  # most ops: its producer's finish there, its arrival elsewhere
+            (p, b), = inputs
+            d, f = dev[p], fin[p]
+            a = f + lat + b * inv
+            return [f if k == d else a for k in devices]
         local = {}       # device -> latest finish of a parent there
         remote = {}      # device -> latest arrival elsewhere of a parent there
-        for p, b in self.inputs[i]:
+        for p, b in inputs:
             d, f = dev[p], fin[p]
             if f > local.get(d, -1.0):
                 local[d] = f
@@ -624,7 +683,9 @@ class PlacementState:
         self.start[i] = start
         self.finish[i] = f
         self.timelines[k].add(i, start, f)
-        self.mem_used[k] += self.memory_needed(i)
+        need = self.memory_needed(i)
+        self.mem_used[k] += need
+        self.reserved += need
         g = self.group[i]
         if g >= 0 and self.group_device[g] < 0:
             self.group_device[g] = k
@@ -692,28 +753,61 @@ def list_schedule(state: PlacementState, priority, insertion: bool = True,
     ready = [(key[i], i) for i in range(graph.num_ops) if waiting[i] == 0]
     heapq.heapify(ready)
     timelines = state.timelines
+    # Without charged links an op's duration row is its execution-time row.
+    rows = None if state.charged else state.et_rows
+    candidates, ready_times, place = state.candidates, state.ready_times, state.place
+    pop, push = heapq.heappop, heapq.heappush
     while ready:
-        _, i = heapq.heappop(ready)
-        row = state.duration_row(i)
-        devices = state.candidates(i)
-        # An op cannot start before its inputs arrive, nor finish before that plus
-        # its run time: visit devices by that bound and stop once it cannot win.
-        bounds = sorted([(r if by_start else r + row[k], k, r)
-                         for k, r in zip(devices, state.ready_times(i, devices))])
-        best = None
-        for bound, k, r in bounds:
-            # By finish, a device whose bound only ties the best cannot beat it
-            # (a tie keeps the first): on identical devices most tie.
-            if best is not None and (bound > best[0][0] or not by_start and bound >= best[0][0]):
-                break
-            s = timelines[k].earliest_start(r, row[k], insertion)
-            choice = ((s, s + row[k]) if by_start else (s + row[k],), k, s)
-            if best is None or choice[0] < best[0]:
-                best = choice
-        state.place(i, best[1], best[2], row[best[1]])
+        _, i = pop(ready)
+        row = rows[i] if rows is not None else state.duration_row(i)
+        devices = candidates(i)
+        if len(devices) == 1:  # pinned, colocated or runnable on one device only
+            k = devices[0]
+            s = timelines[k].earliest_start(ready_times(i, devices)[0], row[k], insertion)
+        elif by_start:
+            k, s = _earliest_start_device(timelines, devices, ready_times(i, devices), row,
+                                          insertion)
+        else:
+            k, s = _earliest_finish_device(timelines, devices, ready_times(i, devices), row,
+                                           insertion)
+        place(i, k, s, row[k])
         for p in range(succ_ptr[i], succ_ptr[i + 1]):
             j = succ_idx[p]
             waiting[j] -= 1
             if waiting[j] == 0:
-                heapq.heappush(ready, (key[j], j))
+                push(ready, (key[j], j))
     return state
+
+
+# An op cannot start before its inputs arrive, nor finish before that plus its
+# run time: both helpers visit devices by that bound and stop once it cannot win.
+
+def _earliest_finish_device(timelines, devices, readies, row, insertion):
+    """``(device, start)`` where an op finishes first (ties: the first by bound, then
+    device); ``readies[j]`` is when its inputs are on ``devices[j]``, ``row[k]`` its
+    duration on device ``k``."""
+    best_k, best_s, best_f = -1, 0.0, 0.0
+    for bound, k, r in sorted([(r + row[k], k, r) for k, r in zip(devices, readies)]):
+        # A device whose bound only ties the best cannot beat it (a tie keeps the
+        # first): on identical devices most tie.
+        if best_k >= 0 and bound >= best_f:
+            break
+        s = timelines[k].earliest_start(r, row[k], insertion)
+        f = s + row[k]
+        if best_k < 0 or f < best_f:
+            best_k, best_s, best_f = k, s, f
+    return best_k, best_s
+
+
+def _earliest_start_device(timelines, devices, readies, row, insertion):
+    """``(device, start)`` where an op starts first, ties by finish (FastT); as
+    :func:`_earliest_finish_device` otherwise."""
+    best = None
+    for bound, k, r in sorted(zip(readies, devices, readies)):
+        if best is not None and bound > best[0][0]:
+            break
+        s = timelines[k].earliest_start(r, row[k], insertion)
+        choice = ((s, s + row[k]), k, s)
+        if best is None or choice[0] < best[0]:
+            best = choice
+    return best[1], best[2]

@@ -149,6 +149,9 @@ def forward_backward_improve(graph, cluster, start, finish, makespan, *, budget=
              "lower_bound_reached": makespan <= bound + tol}
     base_finish = np.asarray(finish, dtype=np.float64)
     small = n <= small_graph_ops or min_gain <= 0
+    # Every pass starts from empty states of these two (tables computed once).
+    empty_forward = PlacementState(graph, cluster, et)
+    empty_backward = empty_forward.fresh(reverse)
     for attempt in range(restarts + 1 if small else 1):
         finish_now = base_finish if attempt == 0 else (
             base_finish + rng.uniform(0.0, noise * best, n))
@@ -157,8 +160,8 @@ def forward_backward_improve(graph, cluster, start, finish, makespan, *, budget=
             if best <= bound + tol:
                 stats["lower_bound_reached"] = True
                 return best_state, stats
-            backward = list_schedule(PlacementState(reverse, cluster, et), -finish_now)
-            forward = list_schedule(PlacementState(graph, cluster, et), -np.asarray(backward.finish))
+            backward = list_schedule(empty_backward.fresh(), -finish_now)
+            forward = list_schedule(empty_forward.fresh(), -np.asarray(backward.finish))
             stats["improve_passes"] += 1
             finish_now = np.asarray(forward.finish)
             span = float(finish_now.max(initial=0.0))

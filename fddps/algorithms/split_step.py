@@ -17,6 +17,8 @@ the strategy layer stays below the algorithms:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import InfeasibleError
@@ -83,7 +85,7 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
     if not candidates or cluster.num_devices < 2:
         return []
     slack, length, et_mean = path_slack(graph, cluster)
-    type_cols = graph.exec_times(cluster)  # only for the device count per op
+    runnable_devices = np.isfinite(graph.exec_times(cluster)).sum(axis=1).tolist()
     decisions = {}  # op -> best decision so far
     for cand in candidates:
         i = graph.index[cand.op]
@@ -91,11 +93,11 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
         # adapter offers only ops whose computation is not tied to the group).
         if slack[i] > critical_slack * length or i in graph.pinned:
             continue
-        runnable = int(np.isfinite(type_cols[i]).sum())
+        runnable = runnable_devices[i]
         k_max = min(runnable, cand.size, max_parts or runnable)
         whole = float(et_mean[i])
-        slice_time = float(np.mean(cand.slice_cost)) if cand.sliced else 0.0
-        combine_time = float(np.mean(cand.combine_cost))
+        slice_time = _mean(cand.slice_cost) if cand.sliced else 0.0
+        combine_time = _mean(cand.combine_cost)
         best = None
         for k in range(2, k_max + 1):
             largest = -(-cand.size // k)
@@ -112,10 +114,24 @@ def plan_splits(graph: OpGraph, cluster, *, critical_slack: float = 0.1,
     return list(decisions.values())
 
 
+def _mean(values) -> float:
+    """``float(numpy.mean(values))``; of one value without numpy's overhead (every
+    split candidate asks, on a cluster of one device type), ``x + 0.0`` as numpy's
+    sum makes it (a zero's sign included)."""
+    if len(values) == 1:
+        return float(values[0]) + 0.0
+    return float(np.mean(values))
+
+
 def _part_ratio(cand, extent, whole) -> float:
     """A part's cost over the whole op's, averaged over the device types that run it
     (``extent / size`` where the whole op costs nothing)."""
     whole = np.asarray(whole, dtype=np.float64)
+    if len(whole) == 1:  # one device type: the same tests and division, on floats
+        w = float(whole[0])
+        if not (math.isfinite(w) and w > 0):
+            return extent / cand.size
+        return _mean((float(cand.part_cost(extent, whole)[0]) / w,))
     runs = np.isfinite(whole) & (whole > 0)
     if not runs.any():
         return extent / cand.size

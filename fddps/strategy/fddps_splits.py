@@ -223,11 +223,13 @@ class SplitCandidate:
         ([3.0], [1.25])
         """
         whole = np.asarray(whole, dtype=np.float64)
-        costs = dict(self.part_costs).get(int(extent))
-        if costs is None:
-            return whole * (extent / self.size)
-        return np.where(np.isfinite(whole), np.broadcast_to(np.asarray(costs, dtype=np.float64),
-                                                             whole.shape), whole)
+        extent = int(extent)
+        for at, costs in reversed(self.part_costs):  # the last entry wins, as in a dict
+            if at == extent:
+                return np.where(np.isfinite(whole),
+                                np.broadcast_to(np.asarray(costs, dtype=np.float64), whole.shape),
+                                whole)
+        return whole * (extent / self.size)
 
 
 def part_extents(size: int, max_parts: int) -> list[int]:

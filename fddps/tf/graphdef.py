@@ -441,18 +441,21 @@ def kernel_attrs(node) -> dict:
     return out
 
 
-def kernel_shape(node, input_shapes, output_shape, output_dtype) -> str | None:
+def kernel_shape(node, input_shapes, output_shape, output_dtype, attrs=None) -> str | None:
     """The kernel shape string of an FP32 convolution or MatMul (the op table's
     ``kernel_shape``: :func:`costmodel.kernel_model.tf_kernel_shape` of its static input and
     output shapes and attributes), or None for another op, another dtype or an unknown shape.
 
-    ``input_shapes`` / ``output_shape`` may be those of a part of the op (a split's slice).
+    ``input_shapes`` / ``output_shape`` may be those of a part of the op (a split's slice);
+    ``attrs``, the node's :func:`kernel_attrs` where the caller read them already (the
+    parts of one op share them).
     """
     from costmodel.kernel_model import TF_KERNEL_SHAPE_OPS, tf_kernel_shape
 
     if node.op not in TF_KERNEL_SHAPE_OPS or output_dtype != "float32":
         return None
-    return tf_kernel_shape(node.op, input_shapes, output_shape, kernel_attrs(node))
+    return tf_kernel_shape(node.op, input_shapes, output_shape,
+                           kernel_attrs(node) if attrs is None else attrs)
 
 
 def _first_axis_view(op) -> bool:

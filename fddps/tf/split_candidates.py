@@ -59,7 +59,7 @@ import pandas as pd
 
 from ..errors import FddpsError
 from ..strategy.fddps_splits import SPLIT_RULES, SplitCandidate, part_extents, part_name, rules_for
-from .graphdef import _parse_input, kernel_shape
+from .graphdef import _parse_input, kernel_attrs, kernel_shape
 from .static_values import node_attrs, shape_input_value
 from .structure import cond_branch_nodes
 
@@ -112,10 +112,11 @@ def _candidate_for(rule, op, node_def, output_bytes, edge_bytes):
                         tuple(op.outputs[0].shape.as_list()), op.outputs[0].dtype.name)), None
 
 
-def _part_kernel_shape(fields, extent):
+def _part_kernel_shape(fields, extent, attrs):
     """The kernel shape string of a part covering ``extent`` of the split dimension (the
     op's shapes with the sliced inputs' and a concatenated output's split axis at ``extent``),
-    or None where the op has none (:func:`fddps.tf.graphdef.kernel_shape`)."""
+    or None where the op has none (:func:`fddps.tf.graphdef.kernel_shape`; ``attrs`` the
+    op's :func:`~fddps.tf.graphdef.kernel_attrs`, read once for all its parts)."""
     node_def, in_shapes, out_shape, dtype = fields["kernel"]
     rule = fields["rule"]
     ins = [None if s is None else list(s) for s in in_shapes]
@@ -124,7 +125,7 @@ def _part_kernel_shape(fields, extent):
     out = list(out_shape)
     if rule.combine == "concat":
         out[rule.concat_axis] = extent
-    return kernel_shape(node_def, ins, out, dtype)
+    return kernel_shape(node_def, ins, out, dtype, attrs)
 
 
 def _synthetic_rows(found, max_parts):
@@ -166,13 +167,15 @@ def _part_rows(found, rows_of, max_parts):
     for c, (name, fields) in enumerate(found):
         whole = rows_of[name]
         sliced = sum(b for _, b in fields["sliced"])
+        attrs = kernel_attrs(fields["kernel"][0])
         for extent in part_extents(fields["size"], max_parts):
             share = extent / fields["size"]
             out = fields["output_bytes"] * (share if fields["rule"].combine == "concat" else 1.0)
             rows.append(dict(whole, name=part_name(name, 0), profile_name=name,
                              flops=whole["flops"] * share,
                              input_bytes=whole["input_bytes"] - sliced * (1 - share),
-                             output_bytes=out, kernel_shape=_part_kernel_shape(fields, extent)))
+                             output_bytes=out,
+                             kernel_shape=_part_kernel_shape(fields, extent, attrs)))
             keys.append((c, extent))
     return pd.DataFrame(rows), keys
 
