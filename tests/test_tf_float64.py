@@ -43,10 +43,19 @@ def test_batch_norm_written_out_computes_what_the_fused_kernels_do(training, fmt
             mean=tf.zeros([0]), variance=tf.zeros([0]))
         fwd = raw.FusedBatchNormV3(x=x, scale=scale, offset=offset, epsilon=1e-3,
                                    data_format=fmt, is_training=training, name="bn", **given)
-        raw.FusedBatchNormGradV3(y_backprop=dy, x=x, scale=scale, reserve_space_1=fwd[3],
-                                 reserve_space_2=fwd[4], reserve_space_3=fwd[5], epsilon=1e-3,
-                                 data_format=fmt, is_training=training, name="bn_grad")
-    fetches = [f"bn:{k}" for k in range(5)] + [f"bn_grad:{k}" for k in range(3)]
+        if training:
+            saved, grad_fmt = (fwd[3], fwd[4]), fmt
+        else:  # as TensorFlow's own gradient builds it: the population statistics, and
+            # NHWC, the only layout the CPU kernel takes in inference (without oneDNN)
+            saved, grad_fmt = (mean, var), "NHWC"
+            if fmt == "NCHW":
+                x, dy = tf.transpose(x, [0, 2, 3, 1]), tf.transpose(dy, [0, 2, 3, 1])
+        raw.FusedBatchNormGradV3(y_backprop=dy, x=x, scale=scale, reserve_space_1=saved[0],
+                                 reserve_space_2=saved[1], reserve_space_3=fwd[5], epsilon=1e-3,
+                                 data_format=grad_fmt, is_training=training, name="bn_grad")
+    # In inference the reserve spaces are unspecified: TensorFlow's CPU kernel leaves
+    # them uninitialised without oneDNN (and copies the statistics with it).
+    fetches = [f"bn:{k}" for k in range(5 if training else 3)] + [f"bn_grad:{k}" for k in range(3)]
     gd = g.as_graph_def()
     want = _run(gd, fetches)
     got = _run(as_float64(gd), fetches)
