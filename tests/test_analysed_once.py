@@ -30,11 +30,11 @@ DEVICES = local_cpu_devices(4)[:2]
 def counts(monkeypatch):
     """What ``analyse`` read: ``analysed`` (the bytes of each graph it read, in
     order; an analysis passed on is counted in ``passed_on``), ``load_graph``
-    (its TensorFlow import), and ``import_graph_def`` (other imports of a graph
+    (TensorFlow's import of a graph read: ``graphdef._import``), and ``import_graph_def`` (other imports of a graph
     byte-identical to one analysed: a placed graph carries its devices and is
     not counted)."""
     seen = {"analysed": [], "passed_on": 0, "load_graph": 0, "import_graph_def": 0}
-    real_analyse, real_load = graphdef.analyse, graphdef.load_graph
+    real_analyse, real_load = graphdef.analyse, graphdef._import
     real_import = tf.graph_util.import_graph_def
 
     def analyse(graph_like, *args, **kwargs):
@@ -45,9 +45,9 @@ def counts(monkeypatch):
         seen["analysed"].append(_bytes(result.graph_def))
         return result
 
-    def load_graph(graph_like):
+    def load_graph(graph_def, *args, **kwargs):
         seen["load_graph"] += 1
-        return real_load(graph_like)
+        return real_load(graph_def, *args, **kwargs)
 
     def import_graph_def(graph_def, *args, **kwargs):
         data = _bytes(graph_def)
@@ -59,7 +59,7 @@ def counts(monkeypatch):
     for name, module in list(sys.modules.items()):
         if name.startswith("fddps") and getattr(module, "analyse", None) is real_analyse:
             monkeypatch.setattr(module, "analyse", analyse)
-    monkeypatch.setattr(graphdef, "load_graph", load_graph)
+    monkeypatch.setattr(graphdef, "_import", load_graph)
     monkeypatch.setattr(tf.graph_util, "import_graph_def", import_graph_def)
     return seen
 

@@ -36,14 +36,14 @@ def test_the_input_graph_is_analysed_once_per_place_call(monkeypatch, how):
     graph_def, fetches = _graph()
     names = [n.name for n in graph_def.node]
     loads = []
-    real = graphdef.load_graph
+    real = graphdef.copy_graph_def  # every read of a graph starts here
 
     def counting(graph_like):
         gd, g = real(graph_like)
         loads.append([n.name for n in gd.node] == names)
         return gd, g
 
-    monkeypatch.setattr(graphdef, "load_graph", counting)
+    monkeypatch.setattr(graphdef, "copy_graph_def", counting)
     if how == "data_parallel":
         how = dict(strategy=fddps.data_parallel(graph_def, DEVICES, fetches))
         loads.clear()  # building the strategy reads the graph too: place() alone counts

@@ -30,6 +30,11 @@ What is read, and from where:
   simplest placement that is always faithful.
 - **Kernels**: per node, the device types with a registered kernel whose type
   constraints the node satisfies (``tensorflow.python.framework.kernels``).
+- **Only the step**, when :func:`analyse` is given the step's ``fetches``: the
+  nodes the step does not run (40-50% of a TF-Slim training graph:
+  initializers, savers) are not imported; their dtypes come from the op
+  registry (:mod:`fddps.tf.op_defs`), which is all their colocation groups
+  need, and their rows say ``shapes_known=False``. :func:`op_table` reads every node.
 
 Examples
 --------
@@ -53,7 +58,7 @@ import pandas as pd
 
 from ..errors import GraphError
 from ..strategy.ops import SHAPE_ONLY_OPS
-from .lean_import import import_graph
+from .lean_import import fill_defaults, import_graph
 from .static_values import shape_input_value
 from .tfimport import _no_deprecation_warnings, _tf
 
@@ -101,6 +106,11 @@ class GraphAnalysis:
         cannot tell (function calls).
     checked_types : frozenset
         Device types whose kernels this TensorFlow build registers fully.
+    notes : dict
+        ``unknown_dim``, ``functions`` (library functions), ``analysed`` (count).
+    analysed : numpy array of bool
+        Per node, whether it was imported and costed (False: outside the step
+        ``analyse`` was given; its table row holds only structure and dtypes).
     """
 
     graph_def: object
@@ -112,6 +122,22 @@ class GraphAnalysis:
     kernel_types: list
     checked_types: frozenset
     notes: dict = field(default_factory=dict)
+    analysed: np.ndarray = None
+
+    def __post_init__(self):
+        if self.analysed is None:
+            self.analysed = np.ones(len(self.table), dtype=bool)
+
+    def require_analysed(self, mask, what="the step"):
+        """Raise :class:`~fddps.errors.FddpsError` unless every node of ``mask`` was analysed
+        (an analysis read for one step cannot cost another)."""
+        missing = np.flatnonzero(np.asarray(mask, dtype=bool) & ~self.analysed)
+        if missing.size:
+            from ..errors import FddpsError
+
+            raise FddpsError(f"{what} runs node {self.table['name'].iat[int(missing[0])]!r}, "
+                             "which this analysis did not read (it was read for other "
+                             "fetches); analyse the graph with these fetches")
 
     def can_run(self, i: int, device_type: str) -> bool:
         """Whether node ``i`` has a kernel for ``device_type`` (True where unknowable)."""
@@ -158,12 +184,20 @@ def load_graph(graph_like):
         If the input is not a GraphDef, the bytes do not parse as one, or
         TensorFlow cannot import it (its message names the node at fault).
     """
+    gd, graph = copy_graph_def(graph_like)
+    return gd, graph if graph is not None else _import(gd)
+
+
+def copy_graph_def(graph_like):
+    """A private copy of a GraphDef, and the ``tf.Graph`` given (else None); nothing imported.
+
+    Takes what :func:`load_graph` takes and raises what it raises, but for TensorFlow's import.
+    """
     tf = _tf()
     from google.protobuf import message, text_format
 
     if isinstance(graph_like, tf.Graph):
-        gd = graph_like.as_graph_def()
-        return gd, graph_like
+        return graph_like.as_graph_def(), graph_like
     if isinstance(graph_like, (str, os.PathLike)):
         path = os.fspath(graph_like)
         if not os.path.isfile(path):
@@ -199,12 +233,17 @@ def load_graph(graph_like):
                          f"or a .pb/.pbtxt path, got {type(graph_like).__name__}")
     gd = tf.compat.v1.GraphDef()
     gd.CopyFrom(graph_like)
+    return gd, None
+
+
+def _import(gd, defaults_filled=False):
+    """``gd`` imported into a fresh ``tf.Graph`` (attribute defaults filled into ``gd``)."""
+    tf = _tf()
     try:
-        graph = import_graph(gd, tf.Graph())
+        return import_graph(gd, tf.Graph(), defaults_filled)
     except (ValueError, TypeError, KeyError, tf.errors.OpError) as e:
         msg = str(e).strip().splitlines()
         raise GraphError("TensorFlow cannot import the GraphDef: " + " ".join(msg[:3])) from None
-    return gd, graph
 
 
 # -- per-tensor facts -------------------------------------------------------------------
@@ -479,43 +518,160 @@ def _declared_input_type(op, k: int):
     return types[k] if k < len(types) else None
 
 
-def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
+_FLOPS_FUNCTIONS = {}
+
+
+def flops_function(op_type):
+    """TensorFlow's registered ``"flops"`` statistic of ``op_type`` (``f(graph, node_def)
+    -> OpStats``, what ``tf_ops.get_stats_for_node_def`` calls), or None where none is
+    registered; looked up once per op type (a miss raises inside the registry)."""
+    if op_type not in _FLOPS_FUNCTIONS:
+        from tensorflow.python.framework import ops as tf_ops
+
+        registry = getattr(tf_ops, "_stats_registry", None)
+        if registry is None:  # pragma: no cover - private registry moved: ask per node
+            return lambda graph, node: tf_ops.get_stats_for_node_def(graph, node, "flops")
+        try:
+            _FLOPS_FUNCTIONS[op_type] = registry.lookup(op_type + ",flops")
+        except LookupError:
+            _FLOPS_FUNCTIONS[op_type] = None
+    return _FLOPS_FUNCTIONS[op_type]
+
+
+def fetch_positions(position, fetches) -> list:
+    """Node positions of ``fetches`` (op or tensor names, or objects with a ``name``).
+
+    ``position``: node name -> position. Raises :class:`GraphError` naming a
+    fetch that is not a name or names no node.
+    """
+    if isinstance(fetches, str):
+        fetches = [fetches]
+    roots = []
+    for f in fetches:
+        if not isinstance(f, str):
+            f = getattr(f, "name", f)
+        if not isinstance(f, str):
+            raise GraphError(f"fetches must be op or tensor names, got {f!r}")
+        name, _ = _parse_input(f)
+        if name not in position:
+            raise GraphError(f"fetch {f!r} names no node of the graph")
+        roots.append(position[name])
+    return roots
+
+
+def ancestors(n, src, dst, roots) -> np.ndarray:
+    """Mask of ``roots`` and every node with a path to one over the edges ``src -> dst``."""
+    preds = [[] for _ in range(n)]
+    for s, d in zip(src, dst):
+        preds[d].append(s)
+    keep = np.zeros(n, dtype=bool)
+    stack = list(roots)
+    keep[roots] = True
+    while stack:
+        for p in preds[stack.pop()]:
+            if not keep[p]:
+                keep[p] = True
+                stack.append(p)
+    return keep
+
+
+def _off_step_dtypes(nodes, idx):
+    """Registry dtypes (:func:`fddps.tf.op_defs.node_dtypes`) of the nodes at ``idx``, or
+    None where one cannot be told (then the whole graph is imported)."""
+    from .op_defs import UnknownOpDef, node_dtypes
+
+    out = {}
+    try:
+        for i in idx:
+            out[i] = node_dtypes(nodes[i])
+    except UnknownOpDef:
+        return None
+    return out
+
+
+def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
     """Read a graph into a :class:`GraphAnalysis` (what :func:`op_table` and the placer use).
+
+    With ``fetches`` (the op or tensor names one training step runs), only the
+    step's nodes (the fetches' ancestors) are imported and costed; the other
+    nodes (initializers, savers) get their structure, colocation group, loop
+    frame and registry dtypes, and zeros with ``shapes_known`` and
+    ``flops_known`` False in the table (``analysed`` says which rows are
+    full). Where the registry cannot tell an outside node's dtypes (a function
+    library, an unregistered op), the whole graph is read as without fetches.
 
     Raises
     ------
     GraphError
-        See :func:`load_graph`; also if ``unknown_dim`` is not a positive integer.
+        See :func:`load_graph`; also if ``unknown_dim`` is not a positive
+        integer, an input names no node, or a fetch is unknown.
     """
     if isinstance(graph_like, GraphAnalysis):
         return graph_like
     if not (isinstance(unknown_dim, (int, np.integer)) and unknown_dim >= 1):
         raise GraphError(f"unknown_dim must be a positive integer, got {unknown_dim!r}")
     _tf()  # quietly, before TensorFlow's own modules
-    from tensorflow.python.framework import ops as tf_ops
-
     from costmodel.kernel_model import TF_KERNEL_SHAPE_OPS as shaped_ops
 
-    gd, graph = load_graph(graph_like)
+    gd, graph = copy_graph_def(graph_like)
     nodes = list(gd.node)
     n = len(nodes)
     position = {node.name: i for i, node in enumerate(nodes)}
     functions = {f.signature.name for f in gd.library.function}
     kernel_index = _kernel_index()
 
+    # Structure, in GraphDef input order: every input names a node.
+    src, dst, port = [], [], []
+    for j, node in enumerate(nodes):
+        for s in node.input:
+            name, p = _parse_input(s)
+            i = position.get(name)
+            if i is None:
+                raise GraphError(f"node {node.name!r} has input {s!r}, which is not in the graph")
+            src.append(i)
+            dst.append(j)
+            port.append(p)
+
+    analysed = np.ones(n, dtype=bool)
+    registry = {}
+    if fetches is not None and n:
+        step = ancestors(n, src, dst, fetch_positions(position, fetches))
+        outside = np.flatnonzero(~step).tolist()
+        if outside and (graph is not None or not functions):
+            found = _off_step_dtypes(nodes, outside)
+            if found is not None:
+                analysed, registry = step, found
+    if graph is None:
+        if analysed.all():
+            graph = _import(gd)
+        else:
+            fill_defaults(gd)  # in every node, as a whole import would (they are written)
+            sub = _tf().compat.v1.GraphDef()
+            sub.versions.CopyFrom(gd.versions)
+            sub.node.extend(nodes[i] for i in np.flatnonzero(analysed).tolist())
+            graph = _import(sub, defaults_filled=True)
+
     out_bytes, out_known, out_dtypes, out_shapes = [], [], [], []
     flops = np.zeros(n)
     flops_known = np.zeros(n, dtype=bool)
     param_bytes = np.zeros(n)
     param_known = np.ones(n, dtype=bool)
-    kernel_types = []
-    kernel_shapes = []
+    kernel_types = [None] * n
+    kernel_shapes = [None] * n
     # One dict of the imported ops (get_operation_by_name locks and checks per call).
     by_name = {op.name: op for op in graph.get_operations()}
-    ops = [by_name[node.name] for node in nodes]
-    stats = tf_ops.get_stats_for_node_def
+    ops = [by_name[node.name] if analysed[i] else None for i, node in enumerate(nodes)]
     with _no_deprecation_warnings():  # once for the loop: a context per node costs more
         for i, (node, op) in enumerate(zip(nodes, ops)):
+            if node.op in VARIABLE_OPS:
+                param_bytes[i], param_known[i] = _attr_shape_bytes(node, unknown_dim)
+            if op is None:  # outside the step: registry dtypes, nothing inferred
+                dts = tuple(registry[i][0])
+                out_bytes.append([0.0] * len(dts))
+                out_known.append([False] * len(dts))
+                out_dtypes.append(dts)
+                out_shapes.append((None,) * len(dts))
+                continue
             sizes, exact, dts, shps = [], [], [], []
             for t in op.outputs:
                 dims = _dims(t)
@@ -529,33 +685,30 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
             out_known.append(exact)
             out_dtypes.append(tuple(dts))
             out_shapes.append(tuple(shps))
-            if node.op in VARIABLE_OPS:
-                param_bytes[i], param_known[i] = _attr_shape_bytes(node, unknown_dim)
-            try:
-                value = stats(graph, node, "flops").value
-            except Exception:  # noqa: BLE001 - TF's stat functions raise on unknown shapes
-                value = None
+            value = None
+            counter = flops_function(node.op)
+            if counter is not None:
+                try:
+                    value = counter(graph, node).value
+                except Exception:  # noqa: BLE001 - TF's stat functions raise on unknown shapes
+                    value = None
             if value is not None:
                 flops[i], flops_known[i] = float(value), True
-            kernel_types.append(kernel_index.device_types(node, functions))
-            kernel_shapes.append(kernel_shape(node, [_dims(t) for t in op.inputs], shps[0], dts[0])
-                                 if shps and node.op in shaped_ops else None)
+            kernel_types[i] = kernel_index.device_types(node, functions)
+            kernel_shapes[i] = (kernel_shape(node, [_dims(t) for t in op.inputs], shps[0], dts[0])
+                                if shps and node.op in shaped_ops else None)
 
-    # Edges, in GraphDef input order.
-    src, dst, port, nbytes, back = [], [], [], [], []
-    in_known = np.ones(n, dtype=bool)
+    # Edge bytes and the colocation of reference and resource edges.
+    nbytes, back = [], []
+    in_known = analysed.copy()
     input_bytes = np.zeros(n)
     uf = _UnionFind(n)
+    e = 0
     for j, node in enumerate(nodes):
         data_k = 0
-        for s in node.input:
-            name, p = _parse_input(s)
-            i = position.get(name)
-            if i is None:  # import_graph_def has checked; guard against odd inputs
-                raise GraphError(f"node {node.name!r} has input {s!r}, which is not in the graph")
-            src.append(i)
-            dst.append(j)
-            port.append(p)
+        for _ in range(len(node.input)):
+            i, p = src[e], port[e]
+            e += 1
             if p < 0:
                 nbytes.append(0.0)
             else:
@@ -569,12 +722,10 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
                 in_known[j] &= out_known[i][p] if p < len(out_known[i]) else False
                 # A declared ref or resource input takes only a ref or resource tensor
                 # (import_graph_def checks), so only then read the declared type.
-                declared = (_declared_input_type(ops[j], data_k)
-                            if p < len(out_dtypes[i]) and _ref_or_resource(out_dtypes[i][p])
-                            else None)
-                if (declared is not None and (declared._is_ref_dtype or declared.name == "resource")
+                if (p < len(out_dtypes[i]) and _ref_or_resource(out_dtypes[i][p])
                         and node.op not in COLOCATION_EXEMPT_OPS
-                        and not node.op.endswith("Dataset")):
+                        and not node.op.endswith("Dataset")
+                        and _declared_ref_or_resource(ops[j], registry.get(j), data_k)):
                     uf.union(i, j)
                 data_k += 1
             back.append(nodes[i].op in NEXT_ITERATION_OPS and node.op in MERGE_OPS)
@@ -610,7 +761,7 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
     shapes_known = np.array([all(out_known[i]) for i in range(n)], dtype=bool) & in_known & param_known
     output_bytes = np.array([float(sum(b)) for b in out_bytes], dtype=np.float64)
     for j, node in enumerate(nodes):
-        if node.op == "Slice" and _first_axis_view(ops[j]):
+        if node.op == "Slice" and ops[j] is not None and _first_axis_view(ops[j]):
             input_bytes[j] = output_bytes[j] = 0.0  # a view: copies and allocates nothing
     table = pd.DataFrame({
         "name": [node.name for node in nodes],
@@ -630,9 +781,20 @@ def analyse(graph_like, unknown_dim: int = 1) -> GraphAnalysis:
         "kernel_types": [None if k is None else tuple(sorted(k)) for k in kernel_types],
         "kernel_shape": pd.Series(kernel_shapes, dtype=object),
     })
-    notes = {"unknown_dim": int(unknown_dim), "functions": len(functions)}
+    notes = {"unknown_dim": int(unknown_dim), "functions": len(functions),
+             "analysed": int(analysed.sum())}
     return GraphAnalysis(gd, graph, table, out_bytes, edges, frames, kernel_types,
-                         kernel_index.checked_types, notes)
+                         kernel_index.checked_types, notes, analysed)
+
+
+def _declared_ref_or_resource(op, registry_entry, k: int) -> bool:
+    """Whether data input ``k`` is declared a reference or resource: read from the imported
+    ``op``, else from the node's registry entry (:func:`fddps.tf.op_defs.node_dtypes`)."""
+    if op is not None:
+        declared = _declared_input_type(op, k)
+        return declared is not None and (declared._is_ref_dtype or declared.name == "resource")
+    flags = registry_entry[1]
+    return k < len(flags) and flags[k]
 
 
 def op_table(graph_def_or_graph, unknown_dim: int = 1) -> pd.DataFrame:

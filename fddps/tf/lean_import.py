@@ -58,12 +58,13 @@ def _private_importer():
     return c_api, c_api_util, importer, compat
 
 
-def import_graph(graph_def, graph):
+def import_graph(graph_def, graph, defaults_filled=False):
     """Import ``graph_def`` (nodes unprefixed) into ``graph`` and return ``graph``.
 
     Like ``tf.graph_util.import_graph_def(graph_def, name="")`` inside
     ``graph.as_default()``, including filling in ``graph_def``'s attribute
-    defaults in place; see the module notes for what it leaves out.
+    defaults in place (``defaults_filled``: the caller has, with
+    :func:`fill_defaults`); see the module notes for what it leaves out.
 
     Raises
     ------
@@ -81,7 +82,8 @@ def import_graph(graph_def, graph):
             tf.graph_util.import_graph_def(graph_def, name="")
         return graph
     c_api, c_api_util, importer, compat = private
-    graph_def = importer._ProcessGraphDefParam(graph_def)  # attribute defaults, as TF's import
+    if not defaults_filled:
+        graph_def = importer._ProcessGraphDefParam(graph_def)  # attribute defaults, as TF's import
     scoped = c_api_util.ScopedTFImportGraphDefOptions()
     importer._PopulateTFImportGraphDefOptions(scoped.options, "", {}, None, True)
     with graph._mutation_lock():
@@ -98,3 +100,12 @@ def import_graph(graph_def, graph):
         for c_op in graph.new_operations():
             graph._create_op_from_tf_operation(c_op, compute_device=False)
     return graph
+
+
+def fill_defaults(graph_def):
+    """Fill in the attribute defaults of ``graph_def``'s nodes in place, as TensorFlow's
+    import does (its private helper where this TensorFlow has it, else nothing: the
+    import falls back to ``tf.import_graph_def``, which fills them in itself)."""
+    private = _private_importer()
+    if private is not None:
+        private[2]._ProcessGraphDefParam(graph_def)

@@ -6,7 +6,10 @@ One straight path, a module per stage:
   (:mod:`fddps.tf.functions`); a GraphDef or ``tf.Graph`` is analysed
   (:func:`fddps.tf.graphdef.analyse`: op table, shapes, colocation groups,
   loop frames, kernels per device type) into one object every later stage
-  receives; :mod:`fddps.tf.read` makes the op graph a scheduler places;
+  receives. Given ``fetches``, only the step's nodes are imported into
+  TensorFlow and costed; the others (initializers, savers) are read from the
+  NodeDefs and the op registry (:mod:`fddps.tf.op_defs`), enough to place them
+  with their variables. :mod:`fddps.tf.read` makes the op graph a scheduler places;
 - **decide**: an algorithm's schedule (:mod:`fddps.tf.schedule_place`), a
   search's strategy (:mod:`fddps.tf.search_place`, Tofu included) or the
   user's strategy (:mod:`fddps.tf.strategy_rewrite`);

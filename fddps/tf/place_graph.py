@@ -102,7 +102,7 @@ def _place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=
 
         scheduler = get_algorithm(algorithm, **options)  # a bad name fails before reading
     cost_model = default_cost_model_or_error(cost_model)
-    analysis = analyse(graph_def, unknown_dim)
+    analysis = analyse(graph_def, unknown_dim, fetches=fetches)  # the step's nodes, once
     read_seconds = time.perf_counter() - t0
     if strategy is not None:
         placement = place_strategy(analysis, devices, strategy, cost_model, memory,

@@ -17,7 +17,7 @@ from ..graph import OpGraph
 from .devices import check_cluster, device_matches, make_cluster
 from .graphdef import analyse
 from .split_candidates import split_candidates
-from .structure import step_nodes
+from .structure import analysed_step
 from .tfimport import _tf
 
 
@@ -131,7 +131,7 @@ def read_graph_def(graph_def, cost_model, cluster, override=False, *, unknown_di
     n_all = len(table)
     if n_all == 0:
         raise GraphError("graph_def has no nodes: there is nothing to place")
-    keep = np.ones(n_all, dtype=bool) if fetches is None else step_nodes(analysis, fetches)
+    keep = analysed_step(analysis, fetches)
     idx = np.flatnonzero(keep)
     ops = table.iloc[idx].reset_index(drop=True)
     names = ops["name"].tolist()

@@ -19,7 +19,7 @@ import numpy as np
 from ..strategy.graph import OpInfo, StepGraph
 from .graphdef import VARIABLE_OPS, _parse_input, _tf, analyse
 from .static_values import node_attrs, shape_input_value
-from .structure import step_nodes
+from .structure import analysed_step
 from .variable_shards import handle_blockers
 
 #: Attributes op descriptions test.
@@ -69,7 +69,7 @@ def step_graph(graph_def, fetches=None, unknown_dim: int = 1) -> StepGraph:
     """
     analysis = analyse(graph_def, unknown_dim)
     table = analysis.table
-    keep = np.ones(len(table), dtype=bool) if fetches is None else step_nodes(analysis, fetches)
+    keep = analysed_step(analysis, fetches)
     graph = analysis.graph
     ops = []
     names = {analysis.graph_def.node[i].name for i in np.flatnonzero(keep).tolist()}

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import GraphError
-from .graphdef import MERGE_OPS, SWITCH_OPS, GraphAnalysis, _parse_input
+from .graphdef import MERGE_OPS, SWITCH_OPS, GraphAnalysis, ancestors, fetch_positions
 
 
 def step_nodes(analysis: GraphAnalysis, fetches) -> np.ndarray:
@@ -22,30 +21,24 @@ def step_nodes(analysis: GraphAnalysis, fetches) -> np.ndarray:
     """
     names = analysis.table["name"].tolist()
     position = {name: i for i, name in enumerate(names)}
-    if isinstance(fetches, str):
-        fetches = [fetches]
-    roots = []
-    for f in fetches:
-        if not isinstance(f, str):
-            f = getattr(f, "name", f)
-        if not isinstance(f, str):
-            raise GraphError(f"fetches must be op or tensor names, got {f!r}")
-        name, _ = _parse_input(f)
-        if name not in position:
-            raise GraphError(f"fetch {f!r} names no node of the graph")
-        roots.append(position[name])
-    n = len(names)
-    preds = [[] for _ in range(n)]
-    for s, d in zip(analysis.edges["src"].tolist(), analysis.edges["dst"].tolist()):
-        preds[d].append(s)
-    keep = np.zeros(n, dtype=bool)
-    stack = list(roots)
-    keep[roots] = True
-    while stack:
-        for p in preds[stack.pop()]:
-            if not keep[p]:
-                keep[p] = True
-                stack.append(p)
+    roots = fetch_positions(position, fetches)
+    return ancestors(len(names), analysis.edges["src"].tolist(), analysis.edges["dst"].tolist(),
+                     roots)
+
+
+def analysed_step(analysis: GraphAnalysis, fetches) -> np.ndarray:
+    """:func:`step_nodes` of ``fetches`` (every node when None), checked to be analysed.
+
+    Raises
+    ------
+    GraphError
+        If a fetch is unknown.
+    FddpsError
+        If ``analysis`` was read for other fetches and lacks a node of this step.
+    """
+    keep = (np.ones(len(analysis.table), dtype=bool) if fetches is None
+            else step_nodes(analysis, fetches))
+    analysis.require_analysed(keep)
     return keep
 
 
