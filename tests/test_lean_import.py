@@ -5,7 +5,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from fddps.tf.graphdef import analyse  # noqa: E402
-from fddps.tf.lean_import import import_graph  # noqa: E402
+from fddps.tf.lean_import import fill_defaults, import_graph  # noqa: E402
 
 
 def _training_graph():
@@ -79,3 +79,25 @@ def test_a_graph_with_functions_and_a_bad_graph_import_as_tensorflow_does():
         with tf.Graph().as_default():
             tf.compat.v1.import_graph_def(bad, name="")
     assert str(lean_error.value) == str(public_error.value)
+
+
+def test_fill_defaults_fills_what_tensorflows_import_fills():
+    """A GraphDef with every default-valued attribute stripped (as a saved graph may
+    have them): filled in place exactly as TensorFlow's import canonicalises it."""
+    from tensorflow.python.framework import importer, op_def_registry
+
+    gd = _training_graph()
+    stripped = 0
+    for node in gd.node:
+        for attr in op_def_registry.get(node.op).attr:
+            if (attr.HasField("default_value") and attr.name in node.attr
+                    and node.attr[attr.name] == attr.default_value):
+                del node.attr[attr.name]
+                stripped += 1
+    assert stripped > 10
+    want, got = tf.compat.v1.GraphDef(), tf.compat.v1.GraphDef()
+    want.CopyFrom(gd)
+    got.CopyFrom(gd)
+    importer._ProcessGraphDefParam(want)
+    fill_defaults(got)
+    assert got == want and got != gd

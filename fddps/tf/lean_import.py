@@ -83,7 +83,7 @@ def import_graph(graph_def, graph, defaults_filled=False):
         return graph
     c_api, c_api_util, importer, compat = private
     if not defaults_filled:
-        graph_def = importer._ProcessGraphDefParam(graph_def)  # attribute defaults, as TF's import
+        fill_defaults(graph_def)  # as TF's import does, in place
     scoped = c_api_util.ScopedTFImportGraphDefOptions()
     importer._PopulateTFImportGraphDefOptions(scoped.options, "", {}, None, True)
     with graph._mutation_lock():
@@ -104,8 +104,16 @@ def import_graph(graph_def, graph, defaults_filled=False):
 
 def fill_defaults(graph_def):
     """Fill in the attribute defaults of ``graph_def``'s nodes in place, as TensorFlow's
-    import does (its private helper where this TensorFlow has it, else nothing: the
-    import falls back to ``tf.import_graph_def``, which fills them in itself)."""
-    private = _private_importer()
-    if private is not None:
-        private[2]._ProcessGraphDefParam(graph_def)
+    import does (``importer._ProcessGraphDefParam``): every attribute the op registry
+    gives a default that the node leaves unset. Nodes of unregistered op types
+    (library functions) are left as they are; the import checks them."""
+    from tensorflow.python.framework import op_def_registry
+
+    for node in graph_def.node:
+        op_def = op_def_registry.get(node.op)
+        if op_def is None:
+            continue
+        for attr in op_def.attr:
+            # Indexing a missing key inserts an empty value, which the copy then fills.
+            if attr.HasField("default_value") and node.attr[attr.name].WhichOneof("value") is None:
+                node.attr[attr.name].CopyFrom(attr.default_value)
