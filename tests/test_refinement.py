@@ -36,6 +36,30 @@ def test_large_graphs_stop_at_the_first_pass_that_gains_less_than_min_gain():
     assert zero_stats["improve_passes"] == small_stats["improve_passes"]
 
 
+def test_restarts_that_stop_paying_end_above_patient_graph_ops():
+    graph = training_graph(400, seed=0)
+    cluster = fddps.Cluster.homogeneous(4, bandwidth=10e9, latency=1e-5)
+    start, finish, makespan = _list_schedule(graph, cluster)
+    kw = dict(budget=10**6, small_graph_ops=1000)
+    patient, patient_stats = forward_backward_improve(graph, cluster, start, finish, makespan,
+                                                      patient_graph_ops=1000, **kw)
+    assert "stale_restarts" not in patient_stats  # every restart made
+    brief, brief_stats = forward_backward_improve(graph, cluster, start, finish, makespan,
+                                                  patient_graph_ops=100, max_stale_restarts=1,
+                                                  **kw)
+    assert brief_stats["stale_restarts"] == 1
+    assert brief_stats["improve_passes"] < patient_stats["improve_passes"]
+    # Both descents are seeded alike: the brief one is a prefix of the patient one.
+    best_patient = makespan if patient is None else max(patient.finish)
+    best_brief = makespan if brief is None else max(brief.finish)
+    assert best_patient <= best_brief <= makespan
+    # None makes every restart at any size.
+    _, none_stats = forward_backward_improve(graph, cluster, start, finish, makespan,
+                                             patient_graph_ops=100, max_stale_restarts=None,
+                                             **kw)
+    assert none_stats["improve_passes"] == patient_stats["improve_passes"]
+
+
 def test_the_refined_schedule_is_valid_and_never_worse():
     graph = training_graph(1500, seed=1)
     cluster = fddps.Cluster.homogeneous(4, bandwidth=10e9, latency=1e-5)

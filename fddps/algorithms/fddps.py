@@ -123,7 +123,9 @@ class FDDPS(Scheduler):
         :data:`~fddps.algorithms.justify.DEFAULT_MIN_GAIN`, 0.1%); 0 refines
         until passes stall, with restarts, as on small graphs.
     restarts, seed
-        Perturbed restarts of the refinement, and their random seed.
+        Perturbed restarts of the refinement, and their random seed. Graphs
+        over :data:`~fddps.algorithms.justify.PATIENT_GRAPH_OPS` (300) ops end
+        the restarts after two in a row that gain nothing.
     local_search : bool or None
         Finish with a descent that moves single ops between devices, each move
         scored by replaying the step (:mod:`fddps.algorithms.local_search`; not
