@@ -519,3 +519,83 @@ def test_feed_geometry_comparison_fails_when_one_cell_differs(monkeypatch):
     monkeypatch.setattr(pvt, "_elements", lambda *a: pytest.fail("took the tables"))
     assert _same_geometry(pvt._feed_geometry(pc2, inbox2, og, lat, inv, gid, sg),
                           pvt._feed_geometry_cells(pc2, inbox2, og, lat, inv, gid, sg))
+
+
+def _repeated_blocks(batch=4, width=8, blocks=3):
+    """``blocks`` residual blocks alike but for their names (batch norm's statistics, a
+    shortcut join), then a dense head: vertices that repeat."""
+    from fddps.tf.strategy_graph import step_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        h = tf.constant(np.random.default_rng(3).standard_normal((batch, 8, 8, width))
+                        .astype(np.float32))
+        labels = tf.one_hot(tf.constant(np.arange(batch) % 3), 3)
+        for b in range(blocks):
+            w = tf.compat.v1.get_variable(f"w{b}", [3, 3, width, width], use_resource=True)
+            gamma = tf.compat.v1.get_variable(f"g{b}", [width], use_resource=True)
+            beta = tf.compat.v1.get_variable(f"b{b}", [width], use_resource=True)
+            y = tf.compat.v1.nn.fused_batch_norm(tf.nn.conv2d(h, w, 1, "SAME"), gamma, beta,
+                                                 is_training=True)[0]
+            h = tf.nn.relu(y + h)
+        w = tf.compat.v1.get_variable("head", [8 * 8 * width, 3], use_resource=True)
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+            labels=labels, logits=tf.matmul(tf.reshape(h, [batch, -1]), w)), name="loss")
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train")
+    return step_graph(g.as_graph_def(), [train.name, "loss:0"])
+
+
+class _NamedCostModel:
+    """The p100 model with each row's time scaled by a function of its names (as a
+    profile would time each op by name): rows under the wrong names show."""
+
+    def __getattr__(self, a):
+        return getattr(CM, a)
+
+    def op_times(self, table, device_type):
+        import zlib
+
+        scale = np.array([1 + zlib.crc32(f"{n}|{p}".encode()) % 97 / 1000
+                          for n, p in zip(table["name"], table["profile_name"])])
+        return np.asarray(CM.op_times(table, device_type), dtype=np.float64) * scale
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_repeated_vertices_are_costed_once_and_their_rows_named_their_own(k, monkeypatch):
+    # Vertices alike but for their ops' names (pase_repeats) take an earlier one's table,
+    # their rows added again under their own names: the same floats as the record by
+    # record costing, with a cost model that times each row by its names too.
+    from fddps.search import pase_repeats, pase_tables
+
+    made = []
+
+    def vertex_table(*args, **kw):
+        made.append(pase_tables.vertex_table(*args, **kw))
+        return made[-1]
+
+    step = _repeated_blocks()
+    devices, vertices, configs = _space(step, k)
+    cluster = CM.cluster(devices)
+    repeated = [0]
+    real = pase_repeats.repeated_vertex_table
+
+    def counting(ctx, i, vt):
+        n = len(made)
+        got = real(ctx, i, vertex_table)
+        repeated[0] += len(made) == n and got is not None
+        return got
+
+    monkeypatch.setattr(pase_tables, "repeated_vertex_table", counting)
+    for cm in (CM, _NamedCostModel()):
+        made.clear()
+        repeated[0] = 0
+        _assert_same_tables(build_tables(step, cluster, cm, vertices, configs),
+                            build_tables(step, cluster, cm, vertices, configs, vectorised=False))
+        assert repeated[0] >= 1 and all(t is not None for t in made)
+    # The names matter to that model: the first block's rows for the others would differ.
+    monkeypatch.setattr(pase_repeats, "_renamed", lambda names, vtx, cache: np.array(
+        [None if x is None else f"x{x[0]}{x[1]}" for x in names], dtype=object))
+    with pytest.raises(AssertionError):
+        _assert_same_tables(build_tables(step, cluster, _NamedCostModel(), vertices, configs),
+                            build_tables(step, cluster, _NamedCostModel(), vertices, configs,
+                                         vectorised=False))

@@ -27,7 +27,9 @@ strategy from its whole expansion at once (the independent check:
 for all its configurations at once, its rows in one cost-model call per device
 type for the whole build (:mod:`~fddps.search.pase_vertex_tables`), and each
 edge's table for all pairs of configurations at once
-(:mod:`~fddps.search.pase_edges`); both give the same floats as costing each
+(:mod:`~fddps.search.pase_edges`), and a vertex alike an earlier one but for its
+ops' names takes that one's table, its rows added again under its own names
+(:mod:`~fddps.search.pase_repeats`); all give the same floats as costing each
 configuration's (pair's) records, which ``build_tables(vectorised=False)`` still
 does (the reference the tests compare them with).
 """
@@ -44,6 +46,7 @@ import pandas as pd
 from ..strategy.expand import op_layout, op_records, part_of_task
 from ..strategy.ops import NotDescribed, resolve
 from .pase_edges import RowCosts, edge_table
+from .pase_repeats import repeated_vertex_table
 from .pase_vertex_tables import Context, vertex_table
 from .pase_vertex_tables import edge_table as array_edge_table
 
@@ -276,7 +279,8 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
     unary_terms = []
     for i, vtx in enumerate(vertices):
         if vectorised:
-            value = vertex_table(ctx, i)
+            # (a vertex like an earlier one but for its ops' names: its rows added again)
+            value = repeated_vertex_table(ctx, i, vertex_table)
             if value is not None:
                 unary_terms.append(value)
                 if check:

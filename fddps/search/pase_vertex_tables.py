@@ -100,6 +100,24 @@ class RowSink:
                                                       for v in key])
         return got
 
+    def chunks(self) -> int:
+        """How many blocks of rows were added so far (an argument of :meth:`chunk_columns`)."""
+        return len(self.columns["name"])
+
+    def chunk_columns(self, first) -> list:
+        """The blocks added since :meth:`chunks` gave ``first``: per block, a dict of
+        column -> array (the arrays added, not copies: not to be written to)."""
+        return [{c: self.columns[c][k] for c in _ROW_COLUMNS}
+                for k in range(first, len(self.columns["name"]))]
+
+    def add_columns(self, columns) -> int:
+        """Append a block given as :meth:`chunk_columns` gives one; its first row's id."""
+        base = self.n
+        for c in _ROW_COLUMNS:
+            self.columns[c].append(columns[c])
+        self.n += len(columns["name"])
+        return base
+
     def costs(self) -> np.ndarray:
         """``(rows, devices)``: each row's seconds on each device of the cluster."""
         done = len(self.costed)
@@ -277,6 +295,7 @@ class Context:
         self.sink = RowSink(cluster, cost_model)
         self._groups, self._pieces, self._reads, self._shared = {}, {}, {}, {}
         self.feeds = {}  # _feed's memo: geometry by content (see _feed)
+        self.repeats = {}  # pase_repeats' memo: vertices costed, by their key
 
     def groups(self, n):
         if n not in self._groups:

@@ -1,0 +1,163 @@
+"""Vertices alike up to their ops' names, costed once: :func:`repeated_vertex_table`.
+
+A network's repeated blocks (ResNet-50's bottlenecks, Inception-V3's modules)
+give vertices whose ops have the same types, shapes, attributes, wiring and
+configurations, and differ only in their names: 133 distinct vertices of 275 in
+ResNet-50, 231 of 524 in Inception-V3 at 4 GPUs. Their vertex tables
+(:func:`~fddps.search.pase_vertex_tables.vertex_table`) are the same arrays but
+for the cost-model rows' names (``name``, ``profile_name``), which a cost model
+with profiles may time differently. So the first vertex of each kind is costed
+in full and the rows it added to the build's :class:`~.pase_vertex_tables.RowSink`
+remembered; each later one adds the same rows again under its own ops' names and
+values its configurations as the first does, read at its own rows: the same
+floats as costing it in full, without its per-op work.
+
+What the vertex table reads of vertex ``i`` (its key, :func:`vertex_key`): per op,
+in vertex order, everything of :class:`~fddps.strategy.graph.OpInfo` but its
+name, colocation group and, unless it has a kernel shape (whose part's shape
+reads them), its attributes (the description reads them too, and is in the key);
+its inputs as positions in the vertex (a producer outside the vertex, whose
+tensor the vertex's term does not read, as -1), its control inputs likewise, and
+its resolved description; per configuration, each op's split and devices. The cluster and cost model are the
+build's. A vertex the table does not describe is not remembered.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_MARK = "/fddps_"  # every row name is an op of the vertex, then nothing or _MARK...
+
+
+def _frozen(x):
+    """``x`` as a hashable value equal for equal contents (dicts sorted by key, sequences
+    as tuples, arrays by dtype, shape and bytes: never their abbreviated repr)."""
+    if isinstance(x, dict):
+        return ("dict",) + tuple(sorted(((repr(k), _frozen(v)) for k, v in x.items())))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__,) + tuple(_frozen(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return ("array", x.dtype.str, x.shape, x.tobytes())
+    if isinstance(x, (set, frozenset)):
+        return ("set",) + tuple(sorted(repr(_frozen(v)) for v in x))
+    try:
+        hash(x)
+    except TypeError:
+        return ("repr", type(x).__name__, repr(x))
+    return (type(x).__name__, x)
+
+
+def vertex_key(ctx, i):
+    """A hashable key of what vertex ``i``'s table depends on besides its ops' names
+    (module notes): equal keys, equal tables up to the rows' names.
+
+    Parameters
+    ----------
+    ctx : fddps.search.pase_vertex_tables.Context
+    i : int
+
+    Returns
+    -------
+    tuple
+    """
+    vtx = ctx.vertices[i]
+    pos = {n: j for j, n in enumerate(vtx)}
+    ops = []
+    for n in vtx:
+        op = ctx.step.ops[n]
+        ops.append((op.op_type, _frozen(op.input_shapes), _frozen(op.output_shapes),
+                    _frozen(op.input_itemsizes), _frozen(op.output_itemsizes),
+                    # (the attributes are read through the description and the kernel
+                    # shape only; some carry op names, as a reason given in words)
+                    _frozen(op.attrs) if op.kernel_shape is not None else None,
+                    _frozen(op.const_values), op.flops, op.input_bytes,
+                    op.output_bytes, op.param_bytes, _frozen(op.param_shape), op.kernel_shape,
+                    tuple((pos[s], p) if s in pos else (-1, 0) for s, p in op.inputs),
+                    tuple(pos.get(s, -1) for s in op.control_inputs),
+                    repr(ctx.layouts.dims_of(n))))
+    configs = tuple(tuple((tuple(sorted(c[n].split.items())), c[n].devices) for n in vtx)
+                    for _, c in ctx.configs[i])
+    return tuple(ops), configs
+
+
+def _names(chunk, owner_of):
+    """A recorded name column: per row, ``(position of its op in the vertex, the rest)``
+    (None kept as None); raises KeyError for a name that is no op of the vertex's."""
+    out = []
+    for s in chunk.tolist():
+        if s is None:
+            out.append(None)
+        else:
+            op, mark, rest = s.partition(_MARK)
+            out.append((owner_of[op], mark + rest))
+    return out
+
+
+def _renamed(names, vtx, cache):
+    """A name column for the ops ``vtx``: each ``(position, rest)`` as that op's name and
+    ``rest`` (one string object per distinct name)."""
+    out = np.empty(len(names), dtype=object)
+    got = []
+    for x in names:
+        if x is None:
+            got.append(None)
+        else:
+            s = cache.get(x)
+            if s is None:
+                s = cache[x] = vtx[x[0]] + x[1]
+            got.append(s)
+    out[:] = got
+    return out
+
+
+def repeated_vertex_table(ctx, i, vertex_table):
+    """``vertex_table(ctx, i)``, or the table of an earlier vertex with the same
+    :func:`vertex_key` with its rows added again under vertex ``i``'s names.
+
+    Parameters
+    ----------
+    ctx : fddps.search.pase_vertex_tables.Context
+        Its ``repeats`` dict keeps the vertices costed so far (for this build).
+    i : int
+    vertex_table : callable
+        :func:`~fddps.search.pase_vertex_tables.vertex_table`.
+
+    Returns
+    -------
+    callable or None
+        ``value(costs) -> numpy.ndarray``, one entry per configuration (None: a record
+        the arrays do not describe, as ``vertex_table``'s).
+    """
+    sink = ctx.sink
+    key = vertex_key(ctx, i)
+    got = ctx.repeats.get(key)
+    if got is not None:
+        value, base, chunks, names = got
+        start = sink.n
+        cache = {}
+        vtx = ctx.vertices[i]
+        for c, (columns, (name, profile)) in enumerate(zip(chunks, names)):
+            columns = dict(columns)
+            columns["name"] = _renamed(name, vtx, cache)
+            columns["profile_name"] = _renamed(profile, vtx, cache)
+            sink.add_columns(columns)
+        # The first vertex's rows from ``base``, ours from ``start``: the same arithmetic
+        # on our rows' costs (the same rows but for their names).
+        shift = start - base
+        return lambda costs: value(costs[shift:])
+    base, first = sink.n, sink.chunks()
+    value = vertex_table(ctx, i)
+    if value is None:
+        return None
+    chunks = sink.chunk_columns(first)
+    owner_of = {n: j for j, n in enumerate(ctx.vertices[i])}
+    try:
+        names = [(_names(c["name"], owner_of), _names(c["profile_name"], owner_of))
+                 for c in chunks]
+    except KeyError:  # a row named after no op of the vertex: not repeated
+        return value
+    ctx.repeats[key] = (value, base, chunks, names)
+    return value
+
+
+__all__ = ["repeated_vertex_table", "vertex_key"]
