@@ -562,9 +562,9 @@ class _NamedCostModel:
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_repeated_vertices_are_costed_once_and_their_rows_named_their_own(k, monkeypatch):
-    # Vertices alike but for their ops' names (pase_repeats) take an earlier one's table,
-    # their rows added again under their own names: the same floats as the record by
-    # record costing, with a cost model that times each row by its names too.
+    # Vertices (and edges) alike but for their ops' names (pase_repeats) take an earlier
+    # one's table, their rows added again under their own names: the same floats as the
+    # record by record costing, with a cost model that times each row by its names too.
     from fddps.search import pase_repeats, pase_tables
 
     made = []
@@ -576,7 +576,7 @@ def test_repeated_vertices_are_costed_once_and_their_rows_named_their_own(k, mon
     step = _repeated_blocks()
     devices, vertices, configs = _space(step, k)
     cluster = CM.cluster(devices)
-    repeated = [0]
+    repeated = [0, 0]  # vertices, edges
     real = pase_repeats.repeated_vertex_table
 
     def counting(ctx, i, vt):
@@ -585,13 +585,28 @@ def test_repeated_vertices_are_costed_once_and_their_rows_named_their_own(k, mon
         repeated[0] += len(made) == n and got is not None
         return got
 
+    edges, real_edge = [], pase_repeats.repeated_edge_table
+
+    def edge_table(*args, **kw):
+        edges.append(pase_tables.array_edge_table(*args, **kw))
+        return edges[-1]
+
+    def counting_edges(ctx, u, v, readers, ku, kv, et):
+        n = len(edges)
+        got = real_edge(ctx, u, v, readers, ku, kv, edge_table)
+        repeated[1] += len(edges) == n and got is not None
+        return got
+
     monkeypatch.setattr(pase_tables, "repeated_vertex_table", counting)
+    monkeypatch.setattr(pase_tables, "repeated_edge_table", counting_edges)
     for cm in (CM, _NamedCostModel()):
         made.clear()
-        repeated[0] = 0
+        edges.clear()
+        repeated[:] = [0, 0]
         _assert_same_tables(build_tables(step, cluster, cm, vertices, configs),
                             build_tables(step, cluster, cm, vertices, configs, vectorised=False))
         assert repeated[0] >= 1 and all(t is not None for t in made)
+        assert repeated[1] >= (k == 2) and all(t is not None for t in edges)
     # The names matter to that model: the first block's rows for the others would differ.
     monkeypatch.setattr(pase_repeats, "_renamed", lambda names, vtx, cache: np.array(
         [None if x is None else f"x{x[0]}{x[1]}" for x in names], dtype=object))

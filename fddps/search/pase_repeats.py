@@ -1,4 +1,5 @@
-"""Vertices alike up to their ops' names, costed once: :func:`repeated_vertex_table`.
+"""Vertices and edges alike up to their ops' names, costed once:
+:func:`repeated_vertex_table`, :func:`repeated_edge_table`.
 
 A network's repeated blocks (ResNet-50's bottlenecks, Inception-V3's modules)
 give vertices whose ops have the same types, shapes, attributes, wiring and
@@ -20,6 +21,11 @@ its inputs as positions in the vertex (a producer outside the vertex, whose
 tensor the vertex's term does not read, as -1), its control inputs likewise, and
 its resolved description; per configuration, each op's split and devices. The cluster and cost model are the
 build's. A vertex the table does not describe is not remembered.
+
+An edge's table (:func:`~fddps.search.pase_vertex_tables.edge_table`) is
+remembered likewise, by both vertices' keys, which ops read which tensors across
+(as positions in the two vertices), and which configurations give equal terms
+(:func:`edge_key`); its rows are named after ops of either vertex.
 """
 
 from __future__ import annotations
@@ -93,8 +99,8 @@ def _names(chunk, owner_of):
     return out
 
 
-def _renamed(names, vtx, cache):
-    """A name column for the ops ``vtx``: each ``(position, rest)`` as that op's name and
+def _renamed(names, ops, cache):
+    """A name column for the ops ``ops``: each ``(position, rest)`` as that op's name and
     ``rest`` (one string object per distinct name)."""
     out = np.empty(len(names), dtype=object)
     got = []
@@ -104,10 +110,66 @@ def _renamed(names, vtx, cache):
         else:
             s = cache.get(x)
             if s is None:
-                s = cache[x] = vtx[x[0]] + x[1]
+                s = cache[x] = ops[x[0]] + x[1]
             got.append(s)
     out[:] = got
     return out
+
+
+def _key_of_vertex(ctx, i):
+    """:func:`vertex_key`, kept in ``ctx.repeats`` (the edges ask it again)."""
+    k = ("vertex key", i)
+    got = ctx.repeats.get(k)
+    if got is None:
+        got = ctx.repeats[k] = vertex_key(ctx, i)
+    return got
+
+
+def edge_key(ctx, u, v, readers, ku, kv):
+    """A hashable key of what edge ``(u, v)``'s table depends on besides its ops' names:
+    both vertices' keys (:func:`vertex_key`: their ops and configurations), the readers
+    and the tensors each reads as positions in ``u``'s ops then ``v``'s, and the keys of
+    the configurations (``ku``, ``kv``: as :func:`repeated_edge_table`'s)."""
+    ops = ctx.vertices[u] + ctx.vertices[v]
+    pos = {n: j for j, n in enumerate(ops)}
+    wiring = tuple((pos[n], tuple((pos[s], p) if s in pos else (-1, 0)
+                                  for s, p in ctx.step.ops[n].inputs)) for n in readers)
+    return (_key_of_vertex(ctx, u), _key_of_vertex(ctx, v), wiring, tuple(ku), tuple(kv))
+
+
+def _costed_once(ctx, key, ops, compute):
+    """``compute()`` (a table's ``value(costs)``, or None), or, for a ``key`` seen before,
+    the first table's rows added again under ``ops``' names (by position: a row of the
+    first's op ``j`` is named after ``ops[j]``) and its value read at them."""
+    sink = ctx.sink
+    got = ctx.repeats.get(key)
+    if got is not None:
+        value, base, chunks, names = got
+        start = sink.n
+        cache = {}
+        for columns, (name, profile) in zip(chunks, names):
+            columns = dict(columns)
+            columns["name"] = _renamed(name, ops, cache)
+            columns["profile_name"] = _renamed(profile, ops, cache)
+            sink.add_columns(columns)
+        # The first table's rows from ``base``, ours from ``start``, in the same order: the
+        # same arithmetic on our rows' costs (the same rows but for their names). Its rows
+        # are its own (every row a table reads it added itself, contiguously).
+        shift = start - base
+        return lambda costs: value(costs[shift:])
+    base, first = sink.n, sink.chunks()
+    value = compute()
+    if value is None:
+        return None
+    chunks = sink.chunk_columns(first)
+    owner_of = {n: j for j, n in enumerate(ops)}
+    try:
+        names = [(_names(c["name"], owner_of), _names(c["profile_name"], owner_of))
+                 for c in chunks]
+    except KeyError:  # a row named after none of the ops: not repeated
+        return value
+    ctx.repeats[key] = (value, base, chunks, names)
+    return value
 
 
 def repeated_vertex_table(ctx, i, vertex_table):
@@ -117,7 +179,7 @@ def repeated_vertex_table(ctx, i, vertex_table):
     Parameters
     ----------
     ctx : fddps.search.pase_vertex_tables.Context
-        Its ``repeats`` dict keeps the vertices costed so far (for this build).
+        Its ``repeats`` dict keeps the tables costed so far (for this build).
     i : int
     vertex_table : callable
         :func:`~fddps.search.pase_vertex_tables.vertex_table`.
@@ -128,36 +190,34 @@ def repeated_vertex_table(ctx, i, vertex_table):
         ``value(costs) -> numpy.ndarray``, one entry per configuration (None: a record
         the arrays do not describe, as ``vertex_table``'s).
     """
-    sink = ctx.sink
-    key = vertex_key(ctx, i)
-    got = ctx.repeats.get(key)
-    if got is not None:
-        value, base, chunks, names = got
-        start = sink.n
-        cache = {}
-        vtx = ctx.vertices[i]
-        for c, (columns, (name, profile)) in enumerate(zip(chunks, names)):
-            columns = dict(columns)
-            columns["name"] = _renamed(name, vtx, cache)
-            columns["profile_name"] = _renamed(profile, vtx, cache)
-            sink.add_columns(columns)
-        # The first vertex's rows from ``base``, ours from ``start``: the same arithmetic
-        # on our rows' costs (the same rows but for their names).
-        shift = start - base
-        return lambda costs: value(costs[shift:])
-    base, first = sink.n, sink.chunks()
-    value = vertex_table(ctx, i)
-    if value is None:
-        return None
-    chunks = sink.chunk_columns(first)
-    owner_of = {n: j for j, n in enumerate(ctx.vertices[i])}
-    try:
-        names = [(_names(c["name"], owner_of), _names(c["profile_name"], owner_of))
-                 for c in chunks]
-    except KeyError:  # a row named after no op of the vertex: not repeated
-        return value
-    ctx.repeats[key] = (value, base, chunks, names)
-    return value
+    return _costed_once(ctx, ("vertex", _key_of_vertex(ctx, i)), ctx.vertices[i],
+                        lambda: vertex_table(ctx, i))
 
 
-__all__ = ["repeated_vertex_table", "vertex_key"]
+def repeated_edge_table(ctx, u, v, readers, ku, kv, edge_table):
+    """``edge_table(ctx, u, v, readers, ku, kv)``, or the table of an earlier edge with
+    the same :func:`edge_key` with its rows added again under this edge's names.
+
+    Parameters
+    ----------
+    ctx : fddps.search.pase_vertex_tables.Context
+    u, v : int
+    readers : list of str
+        The ops reading across the pair, in step order.
+    ku, kv : list of int
+        Per configuration of ``u`` (``v``), a key: equal keys give equal terms.
+    edge_table : callable
+        :func:`~fddps.search.pase_vertex_tables.edge_table`.
+
+    Returns
+    -------
+    callable or None
+        ``value(costs) -> numpy.ndarray`` of shape ``(len(configs[u]), len(configs[v]))``
+        (None: a record the arrays do not describe, as ``edge_table``'s).
+    """
+    return _costed_once(ctx, ("edge", edge_key(ctx, u, v, readers, ku, kv)),
+                        ctx.vertices[u] + ctx.vertices[v],
+                        lambda: edge_table(ctx, u, v, readers, ku, kv))
+
+
+__all__ = ["edge_key", "repeated_edge_table", "repeated_vertex_table", "vertex_key"]

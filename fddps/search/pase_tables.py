@@ -46,7 +46,7 @@ import pandas as pd
 from ..strategy.expand import op_layout, op_records, part_of_task
 from ..strategy.ops import NotDescribed, resolve
 from .pase_edges import RowCosts, edge_table
-from .pase_repeats import repeated_vertex_table
+from .pase_repeats import repeated_edge_table, repeated_vertex_table
 from .pase_vertex_tables import Context, vertex_table
 from .pase_vertex_tables import edge_table as array_edge_table
 
@@ -326,7 +326,7 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         ku = _distinct(configs[u], touch_u)
         kv = _distinct(configs[v], touch_v)
         if vectorised:
-            table = array_edge_table(ctx, u, v, readers, ku, kv)
+            table = repeated_edge_table(ctx, u, v, readers, ku, kv, array_edge_table)
             if table is None:  # not described by the arrays: the older vectorised path
                 table = edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers,
                                    ku, kv, row_costs)
