@@ -63,6 +63,10 @@ from . import common
 from .common import DEFAULT_ALGORITHMS, label
 
 DEFAULT_MODELS = ("inception_v3", "resnet50")
+#: ``--quick``'s concurrent-transfer measurement (sizes, counts): 4 cells where the
+#: full one has 12, at most 32 transfers at once (the full: 128), enough for
+#: :func:`~fddps.tf.comm_bench.fit_transfer_cpu`'s line through two sizes.
+QUICK_CONCURRENT = ((16384, 1 << 20), (8, 32))
 #: The suffix of ``verify_also`` rows: the algorithm placed with ``verify=True``.
 VERIFIED = "+verify"
 #: Predictions :func:`agreement` scores against the measured step.
@@ -171,13 +175,18 @@ def _strategy(name, m, devices, fetches):
 
 
 def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeats=5, progress=True,
-                        transfer_cpu=False):
+                        transfer_cpu=False, concurrent=None):
     """A cost model fitted on this machine: op times on worker 0, the link between the workers.
 
     Returns
     -------
     (CostModel, dict)
         The model and facts about the profile (coverage, fitted link, seconds taken).
+
+    ``concurrent``: the (sizes, counts) of the concurrent-transfer measurement
+    that fits the per-transfer CPU cost; default
+    :data:`~fddps.tf.comm_bench.CONCURRENT_SIZES` x
+    :data:`~fddps.tf.comm_bench.CONCURRENT_COUNTS`.
     """
     import costmodel
     from fddps.tf import op_table
@@ -195,7 +204,8 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
     transfers = measure_transfers(cluster.devices, sizes or DEFAULT_SIZES, repeats=repeats,
                                   target=cluster.target, progress=progress)
     # Many transfers at once: what one more costs the two tasks (Cluster.transfer_cpu).
-    concurrent = measure_transfers(cluster.devices, CONCURRENT_SIZES, counts=CONCURRENT_COUNTS,
+    concurrent_sizes, concurrent_counts = concurrent or (CONCURRENT_SIZES, CONCURRENT_COUNTS)
+    concurrent = measure_transfers(cluster.devices, concurrent_sizes, counts=concurrent_counts,
                                    repeats=repeats, target=cluster.target, progress=progress)
     cpu = fit_transfer_cpu(concurrent)
     t2 = time.perf_counter()
@@ -328,7 +338,7 @@ def _with_channels(cluster):
 
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
-        enforce_order="auto", progress=True, strategies=(), place_transfer_cpu=True,
+        comm_concurrent=None, enforce_order="auto", progress=True, strategies=(), place_transfer_cpu=True,
         trace=False, save_schedules=None, verify=False, verify_budget=None, verify_also=()):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
@@ -386,7 +396,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                 bar.set_description(f"real cluster {model}: profile")
                 cm, facts = profiled_cost_model(m, cluster, steps=profile_steps, sizes=comm_sizes,
                                                 repeats=comm_repeats, progress=False,
-                                                transfer_cpu=place_transfer_cpu)
+                                                transfer_cpu=place_transfer_cpu,
+                                                concurrent=comm_concurrent)
             else:
                 cm, facts = analytic_cost_model()
             # The same placements predicted with the per-transfer CPU cost fitted on
@@ -678,7 +689,8 @@ def main(argv=None):
                         help="traced profiling steps; default 5 (1 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: batch 2, 1 warm-up + 2 timed steps, 1 profiled step, "
-                             "transfers of 3 sizes x 2 repeats")
+                             "transfers of 3 sizes x 2 repeats, concurrent transfers of "
+                             "2 sizes x 2 counts")
     parser.add_argument("--strategies", nargs="*", default=[], choices=STRATEGIES,
                         help="strategies to run as given, besides the algorithms (e.g. "
                              "data_parallel parameter_split mixed; head_data_parallel: "
@@ -746,6 +758,7 @@ def main(argv=None):
              profile=not args.no_profile, profile_steps=args.profile_steps,
              comm_sizes=(4, 1 << 20, 8 << 20) if args.quick else None,
              comm_repeats=2 if args.quick else 5,
+             comm_concurrent=QUICK_CONCURRENT if args.quick else None,
              enforce_order={"on": True, "off": False}.get(args.enforce_order, "auto"),
              progress=not args.no_progress, strategies=args.strategies,
              place_transfer_cpu=not args.half_transfer_cpu, trace=args.trace,
