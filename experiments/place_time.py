@@ -179,7 +179,7 @@ def write_page(out, df: pd.DataFrame, command: str, seconds: float) -> Path:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-quickstart", action="store_true")
     ap.add_argument("--out", default=str(RESULTS / "place_time.csv"))
