@@ -609,7 +609,7 @@ def test_repeated_vertices_are_costed_once_and_their_rows_named_their_own(k, mon
         assert repeated[1] >= (k == 2) and all(t is not None for t in edges)
     # The names matter to that model: the first block's rows for the others would differ.
     monkeypatch.setattr(pase_repeats, "_renamed", lambda names, vtx, cache: np.array(
-        [None if x is None else f"x{x[0]}{x[1]}" for x in names], dtype=object))
+        [None if x is None else f"x{x[0]}{x[1]}" for x in names[1]], dtype=object)[names[0]])
     with pytest.raises(AssertionError):
         _assert_same_tables(build_tables(step, cluster, _NamedCostModel(), vertices, configs),
                             build_tables(step, cluster, _NamedCostModel(), vertices, configs,

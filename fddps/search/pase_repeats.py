@@ -31,6 +31,7 @@ remembered likewise, by both vertices' keys, which ops read which tensors across
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 _MARK = "/fddps_"  # every row name is an op of the vertex, then nothing or _MARK...
 
@@ -87,33 +88,37 @@ def vertex_key(ctx, i):
 
 
 def _names(chunk, owner_of):
-    """A recorded name column: per row, ``(position of its op in the vertex, the rest)``
-    (None kept as None); raises KeyError for a name that is no op of the vertex's."""
-    out = []
-    for s in chunk.tolist():
-        if s is None:
-            out.append(None)
-        else:
-            op, mark, rest = s.partition(_MARK)
-            out.append((owner_of[op], mark + rest))
-    return out
+    """A recorded name column: ``(codes, parts)``, row ``r``'s name ``parts[codes[r]]``,
+    each ``(position of its op in the vertex, the rest)`` (None kept as None: the last
+    part). Rows repeat few names (a part's slice in every configuration), so each
+    distinct name is split once. Raises KeyError for a name that is no op of the
+    vertex's."""
+    codes, uniques = pd.factorize(chunk)  # (None: code -1)
+    parts = []
+    for s in uniques.tolist():
+        op, mark, rest = s.partition(_MARK)
+        parts.append((owner_of[op], mark + rest))
+    parts.append(None)
+    return codes, parts
 
 
 def _renamed(names, ops, cache):
-    """A name column for the ops ``ops``: each ``(position, rest)`` as that op's name and
-    ``rest`` (one string object per distinct name)."""
-    out = np.empty(len(names), dtype=object)
-    got = []
-    for x in names:
+    """A name column for the ops ``ops``, from :func:`_names`' ``(codes, parts)``: each
+    ``(position, rest)`` as that op's name and ``rest`` (one string object per distinct
+    name, kept in ``cache``)."""
+    codes, parts = names
+    got = np.empty(len(parts), dtype=object)
+    values = []
+    for x in parts:
         if x is None:
-            got.append(None)
+            values.append(None)
         else:
             s = cache.get(x)
             if s is None:
                 s = cache[x] = ops[x[0]] + x[1]
-            got.append(s)
-    out[:] = got
-    return out
+            values.append(s)
+    got[:] = values
+    return got[codes]  # (code -1, a None: the last part)
 
 
 def _key_of_vertex(ctx, i):

@@ -52,6 +52,7 @@ from ..strategy.expand import SHAPE_ONLY_OPS, SYNC_BATCH_NORM
 from ..strategy.kernel_shape import part_kernel_shape
 from ..strategy.ops import SLICE_VIEW_ALIGNMENT, HaloAxis
 from ..strategy.strategy import _part_boxes
+from .pase_repeats import _frozen
 
 _ROW_COLUMNS = ["name", "op_type", "flops", "input_bytes", "output_bytes", "param_bytes",
                 "profile_name", "kernel_shape"]
@@ -158,31 +159,39 @@ class _OpGroups:
         self.op = step.ops[name]
         self.name = name
         dims = self.dims = layouts.dims_of(name)
-        key_of, reps, gid = {}, [], []
-        for cfg in cfgs:
+        # The configurations' OpConfig objects repeat (vertex_configs shares one among
+        # the ops and factor tuples that split alike): each distinct object keyed once,
+        # then the groups numbered by first appearance as keying every entry would.
+        codes, objs = pd.factorize(np.fromiter(map(id, cfgs), dtype=np.int64, count=len(cfgs)))
+        at = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+        key_of, reps, group = {}, [], []
+        for j in at.tolist():
+            cfg = cfgs[j]
             k = (tuple(sorted(cfg.split.items())), cfg.devices)
             g = key_of.get(k)
             if g is None:
                 g = key_of[k] = len(reps)
                 reps.append(cfg)
-            gid.append(g)
+            group.append(g)
+        gid = np.asarray(group, dtype=np.int64)[codes]
         # Ops of one domain (letters, extents, statistics) configured alike in every
         # configuration (a layer's element-wise ops) share their arrays (read-only).
         key = None
         if shared is not None:
             key = (None if dims is None else (tuple(dims.dims), tuple(
                 int(dims.extent[d]) for d in dims.dims), tuple(sorted(dims.stats))),
-                tuple(key_of), tuple(gid))
+                tuple(key_of), gid.tobytes())
             if key in shared:
                 for a, x in zip(self._SHARED, shared[key]):
                     setattr(self, a, x)
                 return
-        self._build(index, dims, reps, gid)
+        self._build(index, dims, list(key_of), reps, gid)
         if key is not None:
             shared[key] = tuple(getattr(self, a) for a in self._SHARED)
 
-    def _build(self, index, dims, reps, gid):
-        self.gid = np.asarray(gid, dtype=np.int64)
+    def _build(self, index, dims, keys, reps, gid):
+        """The arrays of the groups ``reps`` (keyed ``keys``: split items and devices)."""
+        self.gid = gid
         self.reps = reps
         K = len(reps)
         nparts = [c.num_parts for c in reps]
@@ -191,21 +200,33 @@ class _OpGroups:
         self.split = self.nparts > 1
         letters = dims.dims if dims is not None else ()
         D = len(letters)
-        # Part boxes of the iteration domain (split configurations) and devices.
-        self.lo = np.zeros((K, P, D), dtype=np.int64)
-        self.hi = np.ones((K, P, D), dtype=np.int64)
-        self.dev = np.zeros((K, P), dtype=np.int64)
-        self.valid = np.arange(P)[None, :] < self.nparts[:, None]
+        # Part boxes of the iteration domain (split configurations) and devices: each
+        # distinct split's boxes and each distinct device tuple's row built once, then
+        # gathered for every group at once.
         stats = dims.stats if dims is not None else frozenset()
-        self.stats_split = np.zeros(K, dtype=bool)
-        for g, cfg in enumerate(reps):
-            self.dev[g, :len(cfg.devices)] = [index[d] for d in cfg.devices]
-            if nparts[g] > 1:
+        splits, devs = {}, {}
+        sid, did = [], []
+        for items, devices in keys:
+            sid.append(splits.setdefault(items, len(splits)))
+            did.append(devs.setdefault(devices, len(devs)))
+        dev_rows = np.zeros((len(devs), P), dtype=np.int64)
+        for devices, r in devs.items():
+            dev_rows[r, :len(devices)] = [index[d] for d in devices]
+        self.dev = dev_rows[np.asarray(did, dtype=np.int64)]
+        lo_rows = np.zeros((len(splits), P, D), dtype=np.int64)
+        hi_rows = np.ones((len(splits), P, D), dtype=np.int64)
+        stats_rows = np.zeros(len(splits), dtype=bool)
+        for items, r in splits.items():
+            if items:  # a split configuration (factors of 1 are never kept)
+                split = dict(items)
                 b = _boxes_array(tuple(int(dims.extent[d]) for d in letters),
-                                 tuple(int(cfg.split.get(d, 1)) for d in letters))
-                self.lo[g, :len(b)] = b[:, :, 0]
-                self.hi[g, :len(b)] = b[:, :, 1]
-                self.stats_split[g] = any(cfg.split.get(d, 1) > 1 for d in stats)
+                                 tuple(int(split.get(d, 1)) for d in letters))
+                lo_rows[r, :len(b)] = b[:, :, 0]
+                hi_rows[r, :len(b)] = b[:, :, 1]
+                stats_rows[r] = any(split.get(d, 1) > 1 for d in stats)
+        sid = np.asarray(sid, dtype=np.int64)
+        self.lo, self.hi, self.stats_split = lo_rows[sid], hi_rows[sid], stats_rows[sid]
+        self.valid = np.arange(P)[None, :] < self.nparts[:, None]
         self.letter = {d: i for i, d in enumerate(letters)}
 
     def tensor_box(self, spec, shape):
@@ -295,6 +316,7 @@ class Context:
         self.sink = RowSink(cluster, cost_model)
         self._groups, self._pieces, self._reads, self._shared = {}, {}, {}, {}
         self.feeds = {}  # _feed's memo: geometry by content (see _feed)
+        self.kernel_shapes = {}  # _kernel_shapes' memo: part shapes by extents
         self.repeats = {}  # pase_repeats' memo: vertices costed, by their key
 
     def groups(self, n):
@@ -348,14 +370,19 @@ def vertex_table(ctx, i):
         return None
 
 
-def _kernel_shapes(op, dims, og, ins, outs, keep):
+def _kernel_shapes(op, dims, og, ins, outs, keep, memo=None):
     """The kernel shape of each kept (configuration, part) cell's task, as :func:`op_records`
     gives it: the op's own where it is whole, the part's (:func:`part_kernel_shape`) where
     it is split; None throughout for an op without one (not an FP32 convolution or MatMul).
 
-    A part's shape depends only on its boxes' extents and on whether it splits a spatial
-    (halo) dimension, so :func:`part_kernel_shape` is called once per distinct such key
-    (the parts of one configuration mostly share theirs), with one of its cells' boxes."""
+    A part's shape depends only on the op's type and attributes, its boxes' extents and
+    whether it splits a spatial (halo) dimension, so :func:`part_kernel_shape` is called
+    once per distinct such key, with one of its cells' boxes; ``memo`` (a dict kept for
+    one build) keeps them across ops (a convolution and its gradients, repeated layers).
+
+    Takes the op's :class:`_OpGroups` ``og`` and its boxes ``ins``/``outs`` (as
+    :meth:`Context.reads`), ``keep`` a ``(K, P)`` mask; returns an object array of the
+    kept cells' shapes (C order) or None; raises nothing of its own."""
     if op.kernel_shape is None:
         return None
     shapes = np.full(og.valid.shape, op.kernel_shape, dtype=object)
@@ -366,22 +393,28 @@ def _kernel_shapes(op, dims, og, ins, outs, keep):
         for d in dims.halo:
             k = og.letter[d]
             cols.append(((og.lo[a, b, k] == 0) & (og.hi[a, b, k] == dims.extent[d]))[:, None])
-        key = np.concatenate([c.reshape(len(a), -1).astype(np.int64) for c in cols] +
-                             [np.zeros((len(a), 0), dtype=np.int64)], axis=1)
-        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-        # The distinct keys' boxes as lists, gathered at once (not element by element).
-        x, y = a[first], b[first]
-        boxes = [(lo[x, y].tolist(), hi[x, y].tolist()) for lo, hi in [(og.lo, og.hi)] + list(ins) +
-                 list(outs)]
+        cols = [c.reshape(len(a), -1).astype(np.int64) for c in cols]
+        key = np.concatenate(cols + [np.zeros((len(a), 0), dtype=np.int64)], axis=1)
+        # (the columns' widths in the key: two ops' rows compare only laid out alike)
+        head = (op.op_type, _frozen(op.attrs), len(ins), tuple(c.shape[1] for c in cols))
+        own = (memo if memo is not None else {}).setdefault(head, {})
         got = []
-        for c in range(len(first)):
-            own, *tensors = [tuple(zip(lo[c], hi[c])) for lo, hi in boxes]
-            got.append(part_kernel_shape(op, dims, dict(zip(dims.dims, own)),
-                                         tensors[:len(ins)], tensors[len(ins):]))
+        for c, row in enumerate(map(tuple, key.tolist())):
+            shape = own.get(row, _MISSING)
+            if shape is _MISSING:
+                x, y = a[c], b[c]
+                box = [tuple(zip(lo[x, y].tolist(), hi[x, y].tolist()))
+                       for lo, hi in [(og.lo, og.hi)] + list(ins) + list(outs)]
+                shape = own[row] = part_kernel_shape(op, dims, dict(zip(dims.dims, box[0])),
+                                                     box[1:1 + len(ins)], box[1 + len(ins):])
+            got.append(shape)
         picked = np.empty(len(got), dtype=object)
         picked[:] = got
-        shapes[a, b] = picked[np.asarray(inverse).reshape(-1)]
+        shapes[a, b] = picked
     return shapes[keep]
+
+
+_MISSING = object()  # not in a memo yet (None is a value there)
 
 
 def _vertex_table(ctx, i):
@@ -430,7 +463,8 @@ def _vertex_table(ctx, i):
             outb = np.where(split[:, None], outb, op.output_bytes)
             keep = (plain | ~split)[:, None] & og.valid
             base = sink.add_block(names[keep], op.op_type, flops[keep], inb[keep], outb[keep],
-                                  param[keep], n, _kernel_shapes(op, dims, og, ins, outs, keep))
+                                  param[keep], n,
+                                  _kernel_shapes(op, dims, og, ins, outs, keep, ctx.kernel_shapes))
             task_ids[keep] = base + np.arange(int(keep.sum()))
         part_rows = [task_ids]
         stats_rows = []
