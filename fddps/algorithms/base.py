@@ -792,7 +792,15 @@ def _earliest_finish_device(timelines, devices, readies, row, insertion):
         # first): on identical devices most tie.
         if best_k >= 0 and bound >= best_f:
             break
-        s = timelines[k].earliest_start(r, row[k], insertion)
+        # DeviceTimeline.earliest_start's first test, inline: most ops are ready
+        # after the device's last op, and the call costs more than the test.
+        tl = timelines[k]
+        if r >= tl.free_at:
+            s = r
+        elif not insertion or not tl.blocks:
+            s = tl.free_at
+        else:
+            s = tl.earliest_start(r, row[k], True)
         f = s + row[k]
         if best_k < 0 or f < best_f:
             best_k, best_s, best_f = k, s, f
