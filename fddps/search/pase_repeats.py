@@ -31,7 +31,6 @@ remembered likewise, by both vertices' keys, which ops read which tensors across
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 _MARK = "/fddps_"  # every row name is an op of the vertex, then nothing or _MARK...
 
@@ -89,16 +88,19 @@ def vertex_key(ctx, i):
 
 def _names(chunk, owner_of):
     """A recorded name column: ``(codes, parts)``, row ``r``'s name ``parts[codes[r]]``,
-    each ``(position of its op in the vertex, the rest)`` (None kept as None: the last
-    part). Rows repeat few names (a part's slice in every configuration), so each
-    distinct name is split once. Raises KeyError for a name that is no op of the
+    each ``(position of its op in the vertex, the rest)`` (None kept as None). Rows repeat
+    few names (a part's slice in every configuration): each distinct one is split once. Raises KeyError for a name that is no op of the
     vertex's."""
-    codes, uniques = pd.factorize(chunk)  # (None: code -1)
+    rows = chunk.tolist()
+    index = {s: k for k, s in enumerate(dict.fromkeys(rows))}
+    codes = np.fromiter(map(index.__getitem__, rows), dtype=np.int64, count=len(rows))
     parts = []
-    for s in uniques.tolist():
-        op, mark, rest = s.partition(_MARK)
-        parts.append((owner_of[op], mark + rest))
-    parts.append(None)
+    for s in index:
+        if s is None:
+            parts.append(None)
+        else:
+            op, mark, rest = s.partition(_MARK)
+            parts.append((owner_of[op], mark + rest))
     return codes, parts
 
 
@@ -118,7 +120,7 @@ def _renamed(names, ops, cache):
                 s = cache[x] = ops[x[0]] + x[1]
             values.append(s)
     got[:] = values
-    return got[codes]  # (code -1, a None: the last part)
+    return got[codes]
 
 
 def _key_of_vertex(ctx, i):

@@ -153,7 +153,7 @@ class _OpGroups:
     """One op's distinct configurations over a vertex's, and their parts as arrays."""
 
     _SHARED = ("gid", "reps", "nparts", "P", "split", "lo", "hi", "dev", "valid",
-               "stats_split", "letter")
+               "stats_split", "letter", "memo")
 
     def __init__(self, step, layouts, index, name, cfgs, shared=None):
         self.op = step.ops[name]
@@ -162,18 +162,17 @@ class _OpGroups:
         # The configurations' OpConfig objects repeat (vertex_configs shares one among
         # the ops and factor tuples that split alike): each distinct object keyed once,
         # then the groups numbered by first appearance as keying every entry would.
-        codes, objs = pd.factorize(np.fromiter(map(id, cfgs), dtype=np.int64, count=len(cfgs)))
-        at = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
-        key_of, reps, group = {}, [], []
-        for j in at.tolist():
-            cfg = cfgs[j]
+        ids = list(map(id, cfgs))  # (the objects live in cfgs meanwhile: ids distinct)
+        obj = dict(zip(ids, cfgs))  # in order of first appearance
+        key_of, reps, group = {}, [], {}
+        for i, cfg in obj.items():
             k = (tuple(sorted(cfg.split.items())), cfg.devices)
             g = key_of.get(k)
             if g is None:
                 g = key_of[k] = len(reps)
                 reps.append(cfg)
-            group.append(g)
-        gid = np.asarray(group, dtype=np.int64)[codes]
+            group[i] = g
+        gid = np.fromiter(map(group.__getitem__, ids), dtype=np.int64, count=len(ids))
         # Ops of one domain (letters, extents, statistics) configured alike in every
         # configuration (a layer's element-wise ops) share their arrays (read-only).
         key = None
@@ -228,6 +227,9 @@ class _OpGroups:
         self.lo, self.hi, self.stats_split = lo_rows[sid], hi_rows[sid], stats_rows[sid]
         self.valid = np.arange(P)[None, :] < self.nparts[:, None]
         self.letter = {d: i for i, d in enumerate(letters)}
+        # What is computed from these arrays alone (tensor boxes, pieces), kept for every
+        # op sharing them.
+        self.memo = {}
 
     def tensor_box(self, spec, shape):
         """``(lo, hi)`` of shape ``(K, P, rank)``: the box of a tensor with axes ``spec``
@@ -236,6 +238,23 @@ class _OpGroups:
         shape = tuple(shape or ())
         if any(s is None for s in shape):
             raise _Undescribed(f"{self.name}: a tensor of unknown shape {shape}")
+        # (a function of the shared arrays, the axes and the shape: kept for every op
+        # sharing the arrays; read-only, as every caller only reads them)
+        key = ("box", spec, shape)
+        try:
+            got = self.memo.get(key)
+        except TypeError:  # an axis description that is not hashable: not kept
+            key, got = None, None
+        if got is None:
+            got = self._tensor_box(spec, shape)
+            for a in got:
+                a.setflags(write=False)
+            if key is not None:
+                self.memo[key] = got
+        return got
+
+    def _tensor_box(self, spec, shape):
+        """:meth:`tensor_box` computed (``shape`` a tuple of ints)."""
         K, P = self.valid.shape
         r = len(shape)
         lo = np.zeros((K, P, r), dtype=np.int64)
@@ -328,7 +347,7 @@ class Context:
 
     def pieces(self, src, port):
         if (src, port) not in self._pieces:
-            self._pieces[src, port] = _Pieces(self.groups(src), port, self.ndev)
+            self._pieces[src, port] = _shared_pieces(self.groups(src), port, self.ndev)
         return self._pieces[src, port]
 
     def reads(self, n):
@@ -605,6 +624,25 @@ class _Pieces:
         self.first_dev = og.dev
         self.gid = og.gid
         self.K, self.P = K, P
+
+
+def _shared_pieces(og, port, ndev):
+    """``_Pieces(og, port, ndev)``, one object for every op whose groups share ``og``'s
+    arrays and whose output ``port`` has the same axes, shape, item size and reduction
+    dimensions (all the pieces read of the op)."""
+    op, dims = og.op, og.dims
+    key = ("pieces", port, ndev,
+           op.output_shapes[port] if port < len(op.output_shapes) else None,
+           dims.outputs[port] if dims is not None and port < len(dims.outputs) else None,
+           op.output_itemsizes[port] if port < len(op.output_itemsizes) else 0,
+           dims.reduction if dims is not None else frozenset())
+    try:
+        got = og.memo.get(key)
+    except TypeError:  # not hashable: not shared
+        return _Pieces(og, port, ndev)
+    if got is None:
+        got = og.memo[key] = _Pieces(og, port, ndev)
+    return got
 
 
 def _digest(*arrays) -> bytes:
