@@ -238,6 +238,26 @@ def test_a_vertex_configures_its_gradients_and_variables_alike(mlp):
     validate(s, mlp, devices)
 
 
+def test_vertex_configs_with_a_shared_memo_are_the_same_configurations(mlp):
+    # vertex_configs(memo=...) makes each equal configuration once for all the vertices of
+    # a space (PaseSearch.space): the same labels, splits and devices as without, per op,
+    # and equal configurations one object (the whole ones on a device, a layer's splits).
+    devices = GPUS[:4]
+    vertices = coarsen(mlp)
+    memo = {}
+    shared = [vertex_configs(mlp, v, devices, memo=memo) for v in vertices]
+    alone = [vertex_configs(mlp, v, devices) for v in vertices]
+    for a, b in zip(shared, alone):
+        assert [label for label, _ in a] == [label for label, _ in b]
+        for (_, x), (_, y) in zip(a, b):
+            assert list(x) == list(y)
+            assert all(x[n].split == y[n].split and x[n].devices == y[n].devices for n in x)
+    objects = {id(c) for cfgs in shared for _, x in cfgs for c in x.values()}
+    assert len(objects) < len({id(c) for cfgs in alone for _, x in cfgs for c in x.values()})
+    whole = [x for cfgs in shared for label, x in cfgs if label == f"whole@{devices[1]}"]
+    assert len({id(c) for x in whole for c in x.values()}) == 1
+
+
 class _Refuse:
     def op_times(self, *a, **k):
         raise AssertionError("costed before the table sizes were checked")

@@ -412,12 +412,13 @@ class PaseSearch(StrategySearch):
         dims_of = {n: _dims(op) for n, op in step.ops.items()}
         homes = vertex_homes(step, devices)
         configs = []
+        shared = {}  # vertex_configs' memo: equal configurations made once
         for i, vtx in enumerate(vertices):
             self._check_time(t0, f"the configurations of vertex {i + 1} of {len(vertices)} "
                                  f"({vtx[0]!r}, before any cost)")
             configs.append(vertex_configs(step, vtx, devices, dims_of=dims_of, homes=homes,
                                           writable=self.writable,
-                                          powers_of_two=self.powers_of_two))
+                                          powers_of_two=self.powers_of_two, memo=shared))
         from .pase_tables import edges_between
 
         vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}

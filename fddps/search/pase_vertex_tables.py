@@ -736,9 +736,14 @@ def _feed_rows(geometry, consumer, sink, reduce_name):
     rows = np.full(shape, -1, dtype=np.int64)
     if some is not None:
         cons = consumer[g, pi]
-        name = np.where(kd == 2, reduce_name, np.where(
-            kd == 0, np.array([f"{c}/fddps_concat" for c in cons], dtype=object),
-            np.array([f"{c}/fddps_slice" for c in cons], dtype=object)))
+        name = np.full(len(kd), reduce_name, dtype=object)
+        for k, suffix in ((0, "/fddps_concat"), (1, "/fddps_slice")):
+            # (each distinct reader task's name made once: rows repeat few of them)
+            at = np.flatnonzero(kd == k)
+            if len(at):
+                made = {}
+                name[at] = [made[c] if c in made else made.setdefault(c, f"{c}{suffix}")
+                            for c in cons[at].tolist()]
         base = sink.add_block(name, op_type, flops, in_bytes, sz, 0.0, None)
         rows[some] = base + inverse
     return rows, link
@@ -936,11 +941,10 @@ def _distinct_rows(kind, some, gid, sg, one, count, pc, og, inbox):
     in_lo, in_hi = inbox
     # The sizes as the rows compute them (integer products of the extents): equal codes,
     # equal fields.
-    _, size = np.unique(np.prod(in_hi - in_lo, axis=-1), return_inverse=True)
+    size = _size_codes(og, in_lo, in_hi)
     naming = og.split.astype(np.int64) + 2 * og.stats_split  # 0 to 3
-    reader = (np.asarray(size).reshape(K, P) * 4 + naming[:, None]) * P + np.arange(P)
-    _, piece = np.unique(np.prod(pc.hi - pc.lo, axis=-1), return_inverse=True)
-    piece = np.asarray(piece).reshape(pc.lo.shape[:2])
+    reader = (size * 4 + naming[:, None]) * P + np.arange(P)
+    piece = _size_codes(pc, pc.lo, pc.hi)
     x = np.where(kind == 2, count, np.where(kind == 1, piece[sg[:, None], one], 0))
     X = max(int(piece.max(initial=0)), int(count.max(initial=0))) + 1
     code = (kind * (int(reader.max()) + 1) + reader[gid]) * X + x
@@ -951,6 +955,19 @@ def _distinct_rows(kind, some, gid, sg, one, count, pc, og, inbox):
     ci, pi = np.nonzero(some)
     g = np.broadcast_to(gid[:, None], kind.shape)
     return g, ci[at], pi[at], inverse
+
+
+def _size_codes(owner, lo, hi):
+    """``(K, P)``: each box's rank among the distinct sizes (integer products of the
+    extents) of the ``(K, P, rank)`` boxes ``lo``, ``hi``; kept on ``owner`` (an
+    :class:`_OpGroups` or :class:`_Pieces`, which outlives the arrays' use) per arrays."""
+    cache = owner.__dict__.setdefault("_sizes", {})
+    key = (id(lo), id(hi))
+    got = cache.get(key)
+    if got is None or got[0] is not lo or got[1] is not hi:
+        _, code = np.unique(np.prod(hi - lo, axis=-1), return_inverse=True)
+        got = cache[key] = (lo, hi, np.asarray(code).reshape(lo.shape[:2]))
+    return got[2]
 
 
 def _row_costs(kd, sz, count, piece, item):

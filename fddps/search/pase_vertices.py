@@ -286,7 +286,7 @@ def config_key(cfgs) -> tuple:
 
 
 def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=False,
-                   powers_of_two=False) -> list:
+                   powers_of_two=False, memo=None) -> list:
     """A vertex's configurations: ``(label, {op: OpConfig})`` per choice (module notes).
 
     Whole on each device (``"whole@<device>"``), then every factor tuple of the
@@ -295,14 +295,18 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
     (default :func:`~fddps.strategy.strategy.group_devices`). ``writable``: a
     variable group splits only where the GraphDef rewrite writes it
     (:func:`~fddps.strategy.strategy.shardable_groups`). Duplicates (two
-    tuples that split no op differently) are left out.
+    tuples that split no op differently) are left out. ``memo``: a dict kept across
+    the vertices of one space, where equal configurations are made once and shared
+    (the same values; fewer objects to make, and to key in the tables).
     """
     if dims_of is None:
         dims_of = {n: _dims(step.ops[n]) for n in vertex}
     if homes is None:
         homes = vertex_homes(step, devices)
     k = len(devices)
-    out = [(f"whole@{d}", {n: OpConfig({}, (d,)) for n in vertex}) for d in devices]
+    memo = {} if memo is None else memo
+    wholes = [_whole(memo, d) for d in devices]
+    out = [(f"whole@{d}", dict.fromkeys(vertex, w)) for d, w in zip(devices, wholes)]
     a = anchor(step, vertex, dims_of)
     if a is None or k == 1:
         return out
@@ -314,7 +318,7 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
         if step.ops[n].tied and step.ops[n].group is not None:
             groups[step.ops[n].group].append(n)
     shardable = shardable_groups(step) if writable and groups else {}
-    whole = OpConfig({}, (devices[0],))
+    whole = wholes[0]
     # Ops no letter maps to the anchor are whole on the first device in every split
     # configuration: built once, and left out of the duplicate check.
     mapped = [n for n in vertex if maps.get(n) and dims_of[n] is not None]
@@ -323,8 +327,10 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
     signature = {n: (step.ops[n].tied and not maps[n],) + tuple(
         (d, maps[n].get(d), dims_of[n].extent[d]) for d in dims_of[n].dims) for n in mapped}
     seen = set()
+    at = (tuple(letters), tuple(devices))
     for factors in factor_tuples([adims.extent[d] for d in letters], k, powers_of_two):
         f = dict(zip(letters, factors))
+        fkey = at + (tuple(factors),)
         stride, s = {}, 1
         for d in reversed(letters):
             stride[d] = s
@@ -334,7 +340,13 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
         for n in mapped:
             sig = signature[n]
             if sig not in made:
-                made[sig] = _op_config(step.ops[n], dims_of[n], maps[n], f, stride, devices)
+                # (a mapped op's configuration is a function of its signature, the
+                # anchor's letters and factors, and the devices: shared across vertices)
+                got = memo.get((sig, fkey))
+                if got is None:
+                    got = memo[sig, fkey] = _op_config(step.ops[n], dims_of[n], maps[n], f,
+                                                       stride, devices)
+                made[sig] = got
             cfgs[n] = made[sig]
         for g, names in groups.items():
             # Ops bound to one group share one configuration: the first split one's, if
@@ -349,7 +361,7 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
                         ok = False
                         break
             for n in names:
-                cfgs[n] = split if ok else OpConfig({}, (homes.get(g, devices[0]),))
+                cfgs[n] = split if ok else _whole(memo, homes.get(g, devices[0]))
         key = config_key({n: cfgs[n] for n in keyed})
         if key in seen or not any(cfgs[n].num_parts > 1 for n in keyed):
             continue
@@ -357,6 +369,14 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
         label = "".join(f"{d}{f[d]}" for d in letters if f[d] > 1)
         out.append((label, cfgs))
     return out
+
+
+def _whole(memo, device) -> OpConfig:
+    """The configuration whole on ``device``, one object per ``memo`` (a dict)."""
+    got = memo.get(("whole", device))
+    if got is None:
+        got = memo["whole", device] = OpConfig({}, (device,))
+    return got
 
 
 def _op_config(op, dims, mapping, f, stride, devices) -> OpConfig:
