@@ -396,10 +396,16 @@ def _touching(step, readers, vertex_of, w) -> list:
 
 def _distinct(configs, names) -> list:
     """Per configuration, a key of the configurations of ``names`` (equal keys: equal terms)."""
-    keys, out = {}, []
+    keys, by_id, out = {}, {}, []
     for _, cfgs in configs:
-        key = tuple((tuple(sorted(cfgs[n].split.items())), cfgs[n].devices) for n in names)
-        out.append(keys.setdefault(key, len(keys)))
+        # The OpConfig objects repeat across configurations (vertex_configs shares them;
+        # they live in ``configs`` meanwhile): each distinct combination keyed once.
+        objs = tuple([id(cfgs[n]) for n in names])
+        got = by_id.get(objs)
+        if got is None:
+            key = tuple((tuple(sorted(cfgs[n].split.items())), cfgs[n].devices) for n in names)
+            got = by_id[objs] = keys.setdefault(key, len(keys))
+        out.append(got)
     return out
 
 

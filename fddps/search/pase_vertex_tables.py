@@ -691,7 +691,13 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
             memo[key] = geometry
     rows, link = _feed_rows(geometry, consumer, sink, reduce_name)
     if link is not None:
-        link = _link_items(link, back, len(uniq))
+        if memo is None:
+            link = _link_items(link, back, len(uniq))
+        else:  # (the items' transfers too, for feeds met again with the same items)
+            got = memo.get((key, back.tobytes()))
+            if got is None:
+                got = memo[key, back.tobytes()] = _link_items(link, back, len(uniq))
+            link = got
     return rows[back], link
 
 
@@ -712,10 +718,12 @@ def _link_items(link, back, combos):
 
 def _own_digest(obj, *names, extra=()):
     """:func:`_digest` of ``obj``'s arrays ``names`` (and ``extra``), kept on ``obj``."""
-    got = getattr(obj, "_digest", None)
+    # (an op's groups keep it in the memo they share with the ops sharing their arrays)
+    keep = obj.memo if isinstance(obj, _OpGroups) else obj.__dict__
+    got = keep.get(("digest", names))
     if got is None:
-        got = _digest(*[getattr(obj, n) for n in names], np.asarray(extra, dtype=np.int64))
-        obj._digest = got
+        got = keep["digest", names] = _digest(*[getattr(obj, n) for n in names],
+                                              np.asarray(extra, dtype=np.int64))
     return got
 
 
