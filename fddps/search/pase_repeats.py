@@ -38,6 +38,11 @@ _MARK = "/fddps_"  # every row name is an op of the vertex, then nothing or _MAR
 def _frozen(x):
     """``x`` as a hashable value equal for equal contents (dicts sorted by key, sequences
     as tuples, arrays by dtype, shape and bytes: never their abbreviated repr)."""
+    t = type(x)
+    if (t is tuple or t is list) and all(type(v) is int for v in x):
+        # (shapes: a tuple of plain ints stands for itself; the general form's entries
+        # are tuples, so "ints" tells the two apart)
+        return (t.__name__, "ints") + tuple(x)
     if isinstance(x, dict):
         return ("dict",) + tuple(sorted(((repr(k), _frozen(v)) for k, v in x.items())))
     if isinstance(x, (list, tuple)):

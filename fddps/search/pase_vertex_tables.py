@@ -523,21 +523,29 @@ def _vertex_table(ctx, i):
             feed_rows.append(rows)
             links.append(link)
         _add_links(moves, links)
-        valid = og.valid
-        for j in range(P):
-            vj = valid[gid, j]
-            devj = og.dev[gid, j]
-            for ids in part_rows + stats_rows:
-                r = ids[gid, j]
-                if (r >= 0).any():
-                    steps.append((np.where(vj, r, -1), devj))
-            for rows in feed_rows:
-                if (rows[:, j] >= 0).any():
-                    steps.append((rows[:, j], devj))
+        own = [ids[gid] for ids in part_rows + stats_rows]
+        _part_steps(steps, own + feed_rows, len(own), og.valid[gid], og.dev[gid])
         if stats_split.any():
             _stats_links(og, gid, dims, moves, lat, inv, everyone)
 
     return _valuer(steps, moves, C, ndev)
+
+
+def _part_steps(steps, rows, masked, valid, dev):
+    """Append to ``steps`` one op's rows part by part, as ``op_records`` gives them: for
+    each part ``j``, each of ``rows`` (``(C, P)`` row ids, -1: none) whose column ``j``
+    has a row, in order; the first ``masked`` of them only where the part exists
+    (``valid``, ``(C, P)``), the rest as they are. One block ``(rows, devices)`` of shape
+    ``(steps, C)`` each (what :func:`_valuer` sums), for all the op's parts at once."""
+    raw = np.stack(rows)  # (m, C, P)
+    m, C, P = raw.shape
+    present = (raw >= 0).any(axis=1)  # (m, P): the steps op_records has
+    if masked:
+        raw[:masked] = np.where(valid[None], raw[:masked], -1)
+    sel = present.T.reshape(-1)  # part-major, then row by row: record order
+    if sel.any():
+        steps.append((raw.transpose(2, 0, 1).reshape(P * m, C)[sel],
+                      np.repeat(dev.T, m, axis=0)[sel]))
 
 
 def _add_links(moves, links):
@@ -582,8 +590,9 @@ def _valuer(steps, moves, C, ndev):
         # exact 0.
         busy = np.zeros((C, ndev))
         if steps:
-            rows = np.stack([r for r, _ in steps])
-            dev = np.stack([d for _, d in steps])
+            # (each step a row of C ids, or a block of such rows: _part_steps')
+            rows = np.concatenate([r.reshape(-1, C) for r, _ in steps])
+            dev = np.concatenate([d.reshape(-1, C) for _, d in steps])
             sec = np.where(rows >= 0, costs[np.maximum(rows, 0), dev], 0.0)
             busy = _sums((np.arange(C) * ndev + dev).reshape(-1), sec.reshape(-1),
                          C * ndev).reshape(C, ndev)
@@ -1112,11 +1121,8 @@ def _edge_table(ctx, u, v, readers, ku, kv):
             feed_rows.append(rows)
             links.append(link)
         _add_links(moves, links)
-        dev = og.dev[gid]
-        for j in range(og.P):
-            for rows in feed_rows:
-                if (rows[:, j] >= 0).any():
-                    steps.append((rows[:, j], dev[:, j]))
+        if feed_rows:
+            _part_steps(steps, feed_rows, 0, None, og.dev[gid])
     value = _valuer(steps, moves, npairs, ctx.ndev)
     ku, kv = np.asarray(ku), np.asarray(kv)
 
