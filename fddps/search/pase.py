@@ -422,7 +422,8 @@ class PaseSearch(StrategySearch):
         from .pase_tables import edges_between
 
         vertex_of = {n: i for i, vtx in enumerate(vertices) for n in vtx}
-        edges = list(edges_between(step, vertex_of, self.scalar_edges))
+        self.edges = edges_between(step, vertex_of, self.scalar_edges)  # (the tables' too)
+        edges = list(self.edges)
         sizes = [len(c) for c in configs]
         candidates = {"paper": paper_order(len(vertices), edges),
                       "dfs": dfs_order(len(vertices), edges)}
@@ -453,7 +454,8 @@ class PaseSearch(StrategySearch):
         vertices, configs, _, _ = self.space(step, cluster, t0)
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
                                        check=lambda what: self._check_time(t0, what),
-                                       scalar_edges=self.scalar_edges, dims_of=self.dims_of)
+                                       scalar_edges=self.scalar_edges, dims_of=self.dims_of,
+                                       edges=self.edges)
         return vertices, configs, unary, pairwise
 
     def fit(self, step, cluster, cost_model) -> SearchResult:
@@ -467,7 +469,8 @@ class PaseSearch(StrategySearch):
         t_space = time.perf_counter() - t0
         unary, pairwise = build_tables(step, cluster, cost_model, vertices, configs,
                                        check=lambda what: self._check_time(t0, what),
-                                       scalar_edges=self.scalar_edges, dims_of=self.dims_of)
+                                       scalar_edges=self.scalar_edges, dims_of=self.dims_of,
+                                       edges=self.edges)
         t_costs = time.perf_counter() - t0 - t_space
         names = self.names
         t1 = time.perf_counter()

@@ -245,7 +245,7 @@ def edges_between(step, vertex_of, scalar_edges=False) -> dict:
 
 
 def build_tables(step, cluster, cost_model, vertices, configs, check=None, scalar_edges=False,
-                 vectorised=True, dims_of=None):
+                 vectorised=True, dims_of=None, edges=None):
     """``(unary, pairwise)`` of the additive cost (module notes).
 
     Parameters
@@ -265,6 +265,9 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
         (the reference the tests compare it with).
     dims_of : dict of op -> resolved description or None, optional
         :func:`~fddps.strategy.ops.resolve` of the ops, where the caller has it.
+    edges : dict, optional
+        :func:`edges_between` of these vertices (and ``scalar_edges``), where the caller
+        has it.
 
     Returns
     -------
@@ -314,7 +317,8 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
             check(f"vertex {i + 1} of {len(vertices)} ({vtx[0]!r})")
     pair_terms, pair_tables = {}, {}
     row_costs = RowCosts(cluster, cost_model)
-    edges = edges_between(step, vertex_of, scalar_edges)
+    if edges is None:
+        edges = edges_between(step, vertex_of, scalar_edges)
     for e, ((u, v), readers) in enumerate(edges.items()):
         term = frozenset((u, v))
         keep = {term}

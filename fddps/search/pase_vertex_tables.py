@@ -162,17 +162,25 @@ class _OpGroups:
         # The configurations' OpConfig objects repeat (vertex_configs shares one among
         # the ops and factor tuples that split alike): each distinct object keyed once,
         # then the groups numbered by first appearance as keying every entry would.
-        ids = list(map(id, cfgs))  # (the objects live in cfgs meanwhile: ids distinct)
-        obj = dict(zip(ids, cfgs))  # in order of first appearance
-        key_of, reps, group = {}, [], {}
-        for i, cfg in obj.items():
-            k = (tuple(sorted(cfg.split.items())), cfg.devices)
-            g = key_of.get(k)
-            if g is None:
-                g = key_of[k] = len(reps)
-                reps.append(cfg)
-            group[i] = g
-        gid = np.fromiter(map(group.__getitem__, ids), dtype=np.int64, count=len(ids))
+        ids = tuple(map(id, cfgs))  # (the objects live in the build's configs: ids distinct)
+        # Ops given the very same objects in every configuration (a layer's element-wise
+        # ops) group them alike: grouped once.
+        grouped = shared.get(("ids", ids)) if shared is not None else None
+        if grouped is None:
+            obj = dict(zip(ids, cfgs))  # in order of first appearance
+            key_of, reps, group = {}, [], {}
+            for i, cfg in obj.items():
+                k = (tuple(sorted(cfg.split.items())), cfg.devices)
+                g = key_of.get(k)
+                if g is None:
+                    g = key_of[k] = len(reps)
+                    reps.append(cfg)
+                group[i] = g
+            gid = np.fromiter(map(group.__getitem__, ids), dtype=np.int64, count=len(ids))
+            grouped = (key_of, reps, gid)
+            if shared is not None:
+                shared["ids", ids] = grouped
+        key_of, reps, gid = grouped
         # Ops of one domain (letters, extents, statistics) configured alike in every
         # configuration (a layer's element-wise ops) share their arrays (read-only).
         key = None
