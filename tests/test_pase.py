@@ -541,6 +541,50 @@ def test_feed_geometry_comparison_fails_when_one_cell_differs(monkeypatch):
                           pvt._feed_geometry_cells(pc2, inbox2, og, lat, inv, gid, sg))
 
 
+def test_part_kernel_shapes_kept_across_ops_equal_each_cells_own():
+    # _kernel_shapes keeps each part's kernel shape by the op's type, attributes, boxes'
+    # extents and halo splits, across the ops of a build (a convolution and its gradients,
+    # repeated layers): every kept cell's shape is still what part_kernel_shape gives
+    # that cell's own boxes, and the memo spares calls.
+    from fddps.search import pase_vertex_tables as pvt
+    from fddps.strategy.kernel_shape import part_kernel_shape
+
+    calls, made, real = [], [0], pvt._kernel_shapes
+
+    def spy(op, dims, og, ins, outs, keep, memo=None):
+        got = real(op, dims, og, ins, outs, keep, memo)
+        calls.append((op, dims, og, ins, outs, keep, got))
+        return got
+
+    def counting(*args):
+        made[0] += 1
+        return part_kernel_shape(*args)
+
+    step = _small_cnn()
+    devices, vertices, configs = _space(step, 4)
+    pvt._kernel_shapes, pvt.part_kernel_shape = spy, counting
+    try:
+        build_tables(step, CM.cluster(devices), CM, vertices, configs)
+    finally:
+        pvt._kernel_shapes, pvt.part_kernel_shape = real, part_kernel_shape
+    cells = 0
+    for op, dims, og, ins, outs, keep, got in calls:
+        if got is None:
+            assert op.kernel_shape is None
+            continue
+        for (g, p), shape in zip(zip(*np.nonzero(keep)), got):
+            if not og.split[g]:
+                assert shape == op.kernel_shape
+                continue
+            box = lambda lo, hi: tuple(zip(lo[g, p].tolist(), hi[g, p].tolist()))  # noqa: E731
+            want = part_kernel_shape(op, dims, dict(zip(dims.dims, box(og.lo, og.hi))),
+                                     [box(*x) for x in ins], [box(*x) for x in outs])
+            assert shape == want, (op.name, g, p)
+            cells += 1
+    assert cells > made[0] > 0 and any(s is not None for *_, got in calls if got is not None
+                                       for s in got)
+
+
 def _repeated_blocks(batch=4, width=8, blocks=3):
     """``blocks`` residual blocks alike but for their names (batch norm's statistics, a
     shortcut join), then a dense head: vertices that repeat."""

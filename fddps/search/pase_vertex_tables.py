@@ -425,23 +425,25 @@ def _kernel_shapes(op, dims, og, ins, outs, keep, memo=None):
         # (the columns' widths in the key: two ops' rows compare only laid out alike)
         head = (op.op_type, _frozen(op.attrs), len(ins), tuple(c.shape[1] for c in cols))
         own = (memo if memo is not None else {}).setdefault(head, {})
-        got = []
-        for c, row in enumerate(map(tuple, key.tolist())):
-            shape = own.get(row, _MISSING)
-            if shape is _MISSING:
-                x, y = a[c], b[c]
-                box = [tuple(zip(lo[x, y].tolist(), hi[x, y].tolist()))
-                       for lo, hi in [(og.lo, og.hi)] + list(ins) + list(outs)]
-                shape = own[row] = part_kernel_shape(op, dims, dict(zip(dims.dims, box[0])),
-                                                     box[1:1 + len(ins)], box[1 + len(ins):])
-            got.append(shape)
-        picked = np.empty(len(got), dtype=object)
-        picked[:] = got
+        rows = list(map(tuple, key.tolist()))
+        new = {}  # the keys not in the memo yet: their first cell
+        for c, row in enumerate(rows):
+            if row not in own and row not in new:
+                new[row] = c
+        if new:
+            # The new keys' boxes as lists, gathered at once (not element by element).
+            first = np.fromiter(new.values(), dtype=np.int64, count=len(new))
+            x, y = a[first], b[first]
+            boxes = [(lo[x, y].tolist(), hi[x, y].tolist())
+                     for lo, hi in [(og.lo, og.hi)] + list(ins) + list(outs)]
+            for c, row in enumerate(new):
+                box = [tuple(zip(lo[c], hi[c])) for lo, hi in boxes]
+                own[row] = part_kernel_shape(op, dims, dict(zip(dims.dims, box[0])),
+                                             box[1:1 + len(ins)], box[1 + len(ins):])
+        picked = np.empty(len(rows), dtype=object)
+        picked[:] = [own[row] for row in rows]
         shapes[a, b] = picked
     return shapes[keep]
-
-
-_MISSING = object()  # not in a memo yet (None is a value there)
 
 
 def _vertex_table(ctx, i):
