@@ -19,8 +19,9 @@ name, colocation group and, unless it has a kernel shape (whose part's shape
 reads them), its attributes (the description reads them too, and is in the key);
 its inputs as positions in the vertex (a producer outside the vertex, whose
 tensor the vertex's term does not read, as -1), its control inputs likewise, and
-its resolved description; per configuration, each op's split and devices. The cluster and cost model are the
-build's. A vertex the table does not describe is not remembered.
+its resolved description; per configuration, each op's split and devices. The
+cluster and cost model are the build's. A vertex the table does not describe is not
+remembered.
 
 An edge's table (:func:`~fddps.search.pase_vertex_tables.edge_table`) is
 remembered likewise, by both vertices' keys, which ops read which tensors across
@@ -94,8 +95,8 @@ def vertex_key(ctx, i):
 def _names(chunk, owner_of):
     """A recorded name column: ``(codes, parts)``, row ``r``'s name ``parts[codes[r]]``,
     each ``(position of its op in the vertex, the rest)`` (None kept as None). Rows repeat
-    few names (a part's slice in every configuration): each distinct one is split once. Raises KeyError for a name that is no op of the
-    vertex's."""
+    few names (a part's slice in every configuration): each distinct one is split once.
+    Raises KeyError for a name that is no op of the vertex's."""
     rows = chunk.tolist()
     index = {s: k for k, s in enumerate(dict.fromkeys(rows))}
     codes = np.fromiter(map(index.__getitem__, rows), dtype=np.int64, count=len(rows))
