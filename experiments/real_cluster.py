@@ -339,7 +339,8 @@ def _with_channels(cluster):
 def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, batch=8, steps=10,
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
         comm_concurrent=None, enforce_order="auto", progress=True, strategies=(),
-        place_transfer_cpu=True, trace=False, save_schedules=None, verify=False, verify_budget=None, verify_also=()):
+        place_transfer_cpu=True, trace=False, save_schedules=None, verify=False,
+        verify_budget=None, verify_also=()):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
     ``algorithms`` are :func:`fddps.place` algorithms (placements and the
