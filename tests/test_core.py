@@ -412,6 +412,29 @@ def test_device_timeline_keeps_its_largest_gaps_and_finds_slots_as_a_plain_scan(
     assert sorted(tl.ops) == list(range(400))
 
 
+@pytest.mark.parametrize("block", [1, 2, 3, 64])
+def test_device_timeline_fills_gaps_exactly_whatever_its_block_size(block):
+    """Times on a decimal grid: ops that exactly fill a gap, where ``start - finish``
+    and ``finish + duration <= start`` disagree in the last bit (0.6 - 0.5 < 0.1, yet
+    0.5 + 0.1 <= 0.6). The answer is the plain scan's whatever the block size."""
+    from fddps.algorithms.base import DeviceTimeline
+
+    class Blocks(DeviceTimeline):
+        __slots__ = ()
+        BLOCK = block
+
+    rng = np.random.default_rng(block)
+    for _ in range(60):
+        tl, placed = Blocks(), []
+        for op in range(int(rng.integers(5, 60))):
+            ready = round(float(rng.uniform(0, 40)), 1)
+            duration = float(rng.choice([0.0, 0.1, 0.5, 1.4, round(float(rng.uniform(0, 3)), 1)]))
+            start = tl.earliest_start(ready, duration)
+            assert start == _earliest_start_by_scan(placed, ready, duration)
+            tl.add(op, start, start + duration)
+            placed.append((start, start + duration))
+
+
 def test_lower_bounds_are_kept_per_graph_and_cluster_not_for_the_reversed_graph():
     from fddps.bounds import communication_lower_bound, lower_bound
 

@@ -24,6 +24,7 @@ import contextvars
 import heapq
 import time
 from bisect import bisect_left, bisect_right
+from math import ulp
 
 import numpy as np
 
@@ -275,11 +276,18 @@ class DeviceTimeline:
         """Earliest start >= ``ready`` of an op lasting ``duration``.
 
         With ``insertion`` the op may go into an idle gap between ops already
-        placed (HEFT's insertion policy); without, only after the last one.
+        placed (HEFT's insertion policy); without, only after the last one. It
+        fits a gap from ``t`` to an op's start ``s`` when ``t + duration <= s``;
+        the recorded gaps ``s - t`` only rule blocks out, with a margin of a few
+        units in the last place: the two tests can disagree in the last bit
+        (an op that exactly fills a gap), and a margin-free pruning made the
+        answer depend on where the blocks happen to split.
         """
         free_at = self.free_at
         if ready >= free_at or not insertion or not self.blocks:
             return ready if ready >= free_at else free_at
+        # Every start and finish is at most free_at: their roundings are within its ulp.
+        least_gap = duration - 2.0 * ulp(free_at)
         blocks = self.blocks
         b = bisect_right(self.firsts, ready) - 1
         if b < 0:
@@ -293,7 +301,7 @@ class DeviceTimeline:
         if k < len(starts):
             if t + duration <= starts[k]:
                 return t
-            if block.max_gap < duration:
+            if block.max_gap < least_gap:
                 t = finishes[-1]
                 if block is blocks[-1]:
                     return t  # the device's last op: no later gap
@@ -309,11 +317,11 @@ class DeviceTimeline:
             block = blocks[b]
             if t + duration <= block.starts[0]:
                 return t
-            if block.max_gap >= duration:
-                gaps = block.gaps
-                for k in range(1, len(gaps)):
-                    if gaps[k] >= duration:
-                        return block.finishes[k - 1]
+            if block.max_gap >= least_gap:
+                starts, finishes = block.starts, block.finishes
+                for k in range(1, len(starts)):
+                    if finishes[k - 1] + duration <= starts[k]:
+                        return finishes[k - 1]
             t = block.finishes[-1]
         return t
 
