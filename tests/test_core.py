@@ -444,3 +444,36 @@ def test_lower_bounds_are_kept_per_graph_and_cluster_not_for_the_reversed_graph(
     assert communication_lower_bound(g, fast) == pytest.approx(3.0)  # another cluster: recomputed
     assert lower_bound(g, fast) == 3.0
     assert "_bounds" not in g.reversed().__dict__
+
+
+@pytest.mark.parametrize("devices,memory_share,insertion",
+                         [(2, None, True), (4, None, True), (8, None, False), (4, 0.3, True),
+                          (3, 0.4, True)])
+def test_the_uniform_link_list_pass_decides_as_the_general_one(devices, memory_share, insertion):
+    """On identical links list_schedule takes its inlined loop; it must place every op where,
+    and when, the general loop (through PlacementState's methods) does, also where memory
+    runs short and candidates are filtered (or the pass fails the same way)."""
+    from fddps.algorithms.base import (PlacementState, _list_schedule_any,
+                                       _list_schedule_uniform)
+    from fddps.errors import InfeasibleError
+    from fddps.generators import training_graph
+
+    for seed in range(3):
+        g = training_graph(300, seed=seed)
+        memory = None
+        if memory_share is not None:  # room for a share of the graph's bytes per device
+            memory = float(g.memory.sum() + g.allocated.sum()) * memory_share
+        c = Cluster.homogeneous(devices, bandwidth=5e9, latency=2e-5, memory=memory)
+        priority = np.random.default_rng(seed).uniform(size=g.num_ops)
+        outcomes = []
+        for loop in (_list_schedule_uniform, lambda st, p, ins: _list_schedule_any(st, p, ins, False)):
+            state = PlacementState(g, c)
+            assert state.uniform_links
+            try:
+                loop(state, priority, insertion)
+            except InfeasibleError as err:
+                outcomes.append(("infeasible", str(err)))
+                continue
+            outcomes.append((state.device, state.start, state.finish, state.mem_used,
+                             state.reserved, [tl.ops for tl in state.timelines]))
+        assert outcomes[0] == outcomes[1]
