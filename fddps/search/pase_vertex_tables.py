@@ -705,7 +705,8 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
                uniq.tobytes())
         geometry = memo.get(key)
     if geometry is None:
-        geometry = _feed_geometry(pc, inbox, og, lat, inv, uniq // pc.K, uniq % pc.K)
+        geometry = _feed_geometry(pc, inbox, og, lat, inv, uniq // pc.K, uniq % pc.K,
+                                  memo=memo)
         if memo is not None:
             memo[key] = geometry
     rows, link = _feed_rows(geometry, consumer, sink, reduce_name)
@@ -776,33 +777,52 @@ def _feed_rows(geometry, consumer, sink, reduce_name):
     return rows, link
 
 
-def _interval_ids(lo, hi, keep, axes):
+def _interval_ids(lo, hi, keep, axes, memo=None):
     """Per (group, part) of ``(K, P, rank)`` boxes, an id of its intervals on ``axes``
     (equal ids: equal intervals; boxes not in ``keep`` all get the id of ``(0, 0)``, an
-    empty interval), and the distinct intervals: ``(ids, lo, hi)``, those ``(n, len(axes))``."""
+    empty interval), and the distinct intervals: ``(ids, lo, hi)``, those ``(n, len(axes))``.
+    The ids number the distinct intervals in the lexicographic order of their lows then
+    highs, axis by axis. ``memo`` (a dict kept for one build): the answers by the boxes'
+    contents (many ops' boxes are equal arrays, not the same ones)."""
     K, P, _ = lo.shape
-    keep = keep[:, :, None]
-    lo = np.where(keep, lo[:, :, axes], 0).reshape(K * P, len(axes))
-    hi = np.where(keep, hi[:, :, axes], 0).reshape(K * P, len(axes))
-    both = np.concatenate([lo, hi], axis=1).T  # (2 * axes, boxes)
-    order = np.lexsort(both[::-1])
-    ranked = both[:, order]
-    new = np.ones(K * P, dtype=bool)
-    new[1:] = np.any(ranked[:, 1:] != ranked[:, :-1], axis=0)
-    ids = np.empty(K * P, dtype=np.int64)
-    ids[order] = np.cumsum(new) - 1
-    first = order[new]
-    return ids.reshape(K, P), lo[first], hi[first]
+    a = len(axes)
+    both = np.where(keep[:, :, None], np.concatenate([lo[:, :, axes], hi[:, :, axes]], axis=2),
+                    0).reshape(K * P, 2 * a)
+    key = None
+    if memo is not None:
+        key = ("intervals", K, P, a, both.tobytes())
+        got = memo.get(key)
+        if got is not None:
+            return got
+    low, high = int(both.min(initial=0)), int(both.max(initial=0))
+    span = high - low + 1
+    if span ** (2 * a) < 2 ** 62:
+        # One integer per box, its digits (base ``span``) the box's lows then highs: its
+        # order is the lexicographic one, and np.unique sorts one column (no lexsort).
+        code = (both - low) @ (span ** np.arange(2 * a - 1, -1, -1, dtype=np.int64))
+        _, first, ids = np.unique(code, return_index=True, return_inverse=True)
+    else:
+        order = np.lexsort(both.T[::-1])
+        ranked = both[order].T
+        new = np.ones(K * P, dtype=bool)
+        new[1:] = np.any(ranked[:, 1:] != ranked[:, :-1], axis=0)
+        ids = np.empty(K * P, dtype=np.int64)
+        ids[order] = np.cumsum(new) - 1
+        first = order[new]
+    got = (ids.reshape(K, P), both[first, :a], both[first, a:])
+    if key is not None:
+        memo[key] = got
+    return got
 
 
-def _intervals_of(owner, lo, hi, keep, axes):
+def _intervals_of(owner, lo, hi, keep, axes, memo=None):
     """:func:`_interval_ids`, kept on ``owner`` (an :class:`_OpGroups` or
     :class:`_Pieces`, which outlives the arrays' use) per arrays and axes."""
     cache = owner.__dict__.setdefault("_intervals", {})
     key = (id(lo), id(hi), id(keep), tuple(axes))
     got = cache.get(key)
     if got is None or got[0] is not lo or got[1] is not hi or got[2] is not keep:
-        got = cache[key] = (lo, hi, keep, _interval_ids(lo, hi, keep, axes))
+        got = cache[key] = (lo, hi, keep, _interval_ids(lo, hi, keep, axes, memo))
     return got[3]
 
 
@@ -817,7 +837,7 @@ def _overlap_table(rlo, rhi, qlo, qhi):
     return out
 
 
-def _elements(pc, inbox, og, gid, sg):
+def _elements(pc, inbox, og, gid, sg, memo=None):
     """``(C, P, Q)``: the elements part ``p`` of item ``c``'s reader group (``gid[c]``)
     shares with piece ``q`` of its producer group (``sg[c]``); 0 where they do not meet
     or either does not exist (an invalid part, a part that is no piece).
@@ -827,7 +847,9 @@ def _elements(pc, inbox, og, gid, sg):
     there (few: a part's interval on an axis is one of its split's), so a cell costs two
     table reads and a multiplication instead of four operations per axis. Where nearly
     every pair of groups is an item, the tables' rows are spread over all pairs of groups
-    at once (a column gather per half) and the items picked from them."""
+    at once (a column gather per half) and the items picked from them. ``memo`` (a dict
+    kept for one build, or None) keeps the distinct intervals by the boxes' contents
+    (:func:`_interval_ids`)."""
     in_lo, in_hi = inbox
     K, P, r = in_lo.shape
     Kp, Q = pc.piece.shape
@@ -839,8 +861,8 @@ def _elements(pc, inbox, og, gid, sg):
         if not axes and r:
             continue
         if axes:
-            rid, rlo, rhi = _intervals_of(og, in_lo, in_hi, og.valid, axes)
-            qid, qlo, qhi = _intervals_of(pc, pc.lo, pc.hi, pc.piece, axes)
+            rid, rlo, rhi = _intervals_of(og, in_lo, in_hi, og.valid, axes, memo)
+            qid, qlo, qhi = _intervals_of(pc, pc.lo, pc.hi, pc.piece, axes, memo)
             table = _overlap_table(rlo, rhi, qlo, qhi)
         else:  # rank 0: one element wherever both exist
             rid, qid = np.where(og.valid, 0, 1), np.where(pc.piece, 0, 1)
@@ -863,7 +885,7 @@ def _elements(pc, inbox, og, gid, sg):
     return el
 
 
-def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
+def _feed_geometry(pc, inbox, og, lat, inv, gid, sg, memo=None):
     """What a feed's records are, for one item per pair of groups ``(gid[i], sg[i])``,
     without the reader's names: ``(shape, link, some, inverse, g, pi, kind, size, flops,
     input bytes, op type)`` (``some`` None: no row). ``link``: the transfers, ``(where,
@@ -876,14 +898,14 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg):
     Every partial product of a box's integer extents is an integer at most the box's
     size, exact as a float below 2**53 in any order: the same floats as expand's
     ``float(math.prod(...))``. A reader box past 2**53 elements takes
-    :func:`_feed_geometry_cells`."""
+    :func:`_feed_geometry_cells`. ``memo``: as :func:`_elements`'."""
     in_lo, in_hi = inbox
     K, P, r = in_lo.shape
     Q = pc.lo.shape[1]
     if r and np.prod((in_hi - in_lo).astype(np.float64), axis=-1).max(initial=0.0) >= 2.0 ** 53:
         return _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg)
     item = pc.itemsize
-    el = _elements(pc, inbox, og, gid, sg)
+    el = _elements(pc, inbox, og, gid, sg, memo=memo)
     # The cells where a part meets a piece (C order: record order), and their transfers:
     # a part reads a piece from its own device where that holds the piece, else from the
     # piece's first device.
@@ -975,13 +997,26 @@ def _distinct_rows(kind, some, gid, sg, one, count, pc, og, inbox):
     x = np.where(kind == 2, count, np.where(kind == 1, piece[sg[:, None], one], 0))
     X = max(int(piece.max(initial=0)), int(count.max(initial=0))) + 1
     code = (kind * (int(reader.max()) + 1) + reader[gid]) * X + x
-    # Rows numbered in order of first appearance (hashing: about twice as fast as
-    # np.unique's sort on the large feeds); a row's number does not change its value.
-    inverse, _ = pd.factorize(code[some])
-    at = np.flatnonzero(np.diff(np.maximum.accumulate(inverse), prepend=-1) > 0)
+    # Rows numbered in order of first appearance; a row's number does not change its value.
+    inverse, at = _first_appearance(code[some])
     ci, pi = np.nonzero(some)
     g = np.broadcast_to(gid[:, None], kind.shape)
     return g, ci[at], pi[at], inverse
+
+
+def _first_appearance(codes):
+    """``(inverse, at)``: each code's number, the distinct codes numbered in order of first
+    appearance, and the position of each one's first appearance (ascending)."""
+    if len(codes) > 4096:
+        # (hashing: about twice as fast as np.unique's sort on the large feeds)
+        inverse, _ = pd.factorize(codes)
+        return inverse, np.flatnonzero(np.diff(np.maximum.accumulate(inverse), prepend=-1) > 0)
+    # (few codes: a sort costs less than pandas' call)
+    _, first, sorted_ids = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(len(first), dtype=np.intp)
+    rank[order] = np.arange(len(first))
+    return rank[sorted_ids], first[order]
 
 
 def _size_codes(owner, lo, hi):
