@@ -475,7 +475,9 @@ def _same_geometry(a, b):
 
 
 @pytest.mark.parametrize("k", [3, 4])
-def test_table_driven_feed_geometry_equals_the_cell_by_cell_intersections(k):
+@pytest.mark.parametrize("paired", [False, True])
+def test_table_driven_feed_geometry_equals_the_cell_by_cell_intersections(k, paired,
+                                                                           monkeypatch):
     # pase_vertex_tables._feed_geometry takes each part's shared elements with each piece
     # from per-axis overlap tables of the distinct intervals (spread over every pair of
     # groups at once where nearly all pairs are items); _feed_geometry_cells intersects
@@ -483,8 +485,11 @@ def test_table_driven_feed_geometry_equals_the_cell_by_cell_intersections(k):
     # bit for bit, on every feed of two small CNNs, for the build's own items (cross
     # products and vertex configurations) and for random pairs of groups (the per-item
     # path) and all pairs (the cross path), convolutions' halos and partial sums included.
+    # ``paired``: the two halves' tables multiplied before the gather at any size (else
+    # never).
     from fddps.search import pase_vertex_tables as pvt
 
+    monkeypatch.setattr(pvt, "_PAIRED_CELLS", 0 if paired else 1 << 62)
     rng = np.random.default_rng(k)
     calls = _geometry_calls(_small_cnn(), k) + _geometry_calls(_resnet_block(), k)
     assert len(calls) > 20
