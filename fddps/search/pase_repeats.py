@@ -40,10 +40,15 @@ def _frozen(x):
     """``x`` as a hashable value equal for equal contents (dicts sorted by key, sequences
     as tuples, arrays by dtype, shape and bytes: never their abbreviated repr)."""
     t = type(x)
-    if (t is tuple or t is list) and all(type(v) is int for v in x):
-        # (shapes: a tuple of plain ints stands for itself; the general form's entries
-        # are tuples, so "ints" tells the two apart)
-        return (t.__name__, "ints") + tuple(x)
+    if t is tuple or t is list:
+        kinds = set(map(type, x))
+        if kinds <= {int}:
+            # (shapes: a tuple of plain ints stands for itself; the general form's entries
+            # are tuples, so "ints" tells the two apart)
+            return (t.__name__, "ints") + tuple(x)
+        if kinds == {tuple} and all(set(map(type, v)) <= {int} for v in x):
+            # (a tuple of shapes, the usual case: each shape as above, without recursion)
+            return (t.__name__,) + tuple([("tuple", "ints") + v for v in x])
     if isinstance(x, dict):
         return ("dict",) + tuple(sorted(((repr(k), _frozen(v)) for k, v in x.items())))
     if isinstance(x, (list, tuple)):
@@ -87,8 +92,17 @@ def vertex_key(ctx, i):
                     tuple((pos[s], p) if s in pos else (-1, 0) for s, p in op.inputs),
                     tuple(pos.get(s, -1) for s in op.control_inputs),
                     repr(ctx.layouts.dims_of(n))))
-    configs = tuple(tuple((tuple(sorted(c[n].split.items())), c[n].devices) for n in vtx)
-                    for _, c in ctx.configs[i])
+    # (the configurations share their OpConfig objects: each one's key made once; they
+    # live in ctx.configs meanwhile, so their ids are distinct)
+    keyed = {}
+
+    def key(cfg):
+        got = keyed.get(id(cfg))
+        if got is None:
+            got = keyed[id(cfg)] = (tuple(sorted(cfg.split.items())), cfg.devices)
+        return got
+
+    configs = tuple(tuple([key(c[n]) for n in vtx]) for _, c in ctx.configs[i])
     return tuple(ops), configs
 
 

@@ -919,7 +919,7 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg, memo=None):
     in_lo, in_hi = inbox
     K, P, r = in_lo.shape
     Q = pc.lo.shape[1]
-    if r and np.prod((in_hi - in_lo).astype(np.float64), axis=-1).max(initial=0.0) >= 2.0 ** 53:
+    if r and _largest_box(inbox, memo) >= 2.0 ** 53:
         return _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg)
     item = pc.itemsize
     el = _elements(pc, inbox, og, gid, sg, memo=memo)
@@ -977,6 +977,19 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg, memo=None):
     piece = np.prod(pc.hi[si, oi] - pc.lo[si, oi], axis=-1).astype(np.float64) * item
     return (V.shape, link, some, inverse, g[ci, pi], pi, kd, sz,
             *_row_costs(kd, sz, count[ci, pi], piece, item))
+
+
+def _largest_box(inbox, memo=None):
+    """The most elements of a reader's boxes (a float product of their extents); kept in
+    ``memo`` by the arrays' identity, as :func:`_inbox_digest`."""
+    in_lo, in_hi = inbox
+    k = ("largest", id(in_lo), id(in_hi))
+    got = memo.get(k) if memo is not None else None
+    if got is None:
+        got = np.prod((in_hi - in_lo).astype(np.float64), axis=-1).max(initial=0.0)
+        if memo is not None:
+            memo[k] = got
+    return got
 
 
 def _divmod(x, n):
@@ -1067,11 +1080,15 @@ def _size_codes(owner, lo, hi):
     return got[2]
 
 
+#: A feed row's op type by its kind (0, 1, 2: :func:`_row_costs`).
+_ROW_TYPES = np.array(["ConcatV2", "Slice", "AddN"], dtype=object)
+
+
 def _row_costs(kd, sz, count, piece, item):
     """Per row (kind ``kd``: 2 sums ``count`` partial results of ``sz`` bytes, 0
     concatenates, 1 slices a ``piece``-byte piece): its flops, input bytes and op type."""
     cnt = count.astype(np.float64)
-    op_type = np.where(kd == 2, "AddN", np.where(kd == 0, "ConcatV2", "Slice")).astype(object)
+    op_type = _ROW_TYPES[kd]
     flops = np.where(kd == 2, sz / max(item, 1) * (cnt - 1), 0.0)
     in_bytes = np.where(kd == 2, sz * cnt, np.where(kd == 0, sz, piece))
     return flops, in_bytes, op_type

@@ -70,11 +70,12 @@ def _elements(op, port) -> float:
     return float(np.prod(shape)) if shape else 1.0
 
 
-def decides(op) -> bool:
+def decides(op, worth=None) -> bool:
     """Whether an op makes a vertex of its own: it computes or holds weights
     (:func:`~fddps.search.space.worth_deciding`) and is not scalar or shape
-    arithmetic (every output of at most 8 elements, no weights: ``Rank - 1``)."""
-    if not worth_deciding(op):
+    arithmetic (every output of at most 8 elements, no weights: ``Rank - 1``).
+    ``worth``: ``worth_deciding`` or a function giving the same answers (a cache)."""
+    if not (worth or worth_deciding)(op):
         return False
     if op.param_bytes > 0:
         return True
@@ -94,6 +95,22 @@ def coarsen(step) -> list:
     [['x', 'y', 's']]
     """
     units = decision_units(step)
+    # (worth_deciding and decides resolve the op's description; asked several times per
+    # op here: each answer kept)
+    worth_of, decides_of = {}, {}
+
+    def worth_op(op):
+        got = worth_of.get(op.name)
+        if got is None:
+            got = worth_of[op.name] = worth_deciding(op)
+        return got
+
+    def decides_here(op):
+        got = decides_of.get(op.name)
+        if got is None:
+            got = decides_of[op.name] = decides(op, worth_op)
+        return got
+
     unit_of = {n: u for u in units for n in u}
     vertices = UnionFind(units)
     join = vertices.union
@@ -112,25 +129,25 @@ def coarsen(step) -> list:
                 # TensorFlow colocates it with that op (a gradient's tuple/control_dependency).
                 join(unit_of[op.group], unit_of[name])
             for r in data_readers[name]:  # variables join their first forward reader
-                if not step.ops[r].tied and not _GRAD.match(r) and worth_deciding(step.ops[r]):
+                if not step.ops[r].tied and not _GRAD.match(r) and worth_op(step.ops[r]):
                     join(unit_of[r], unit_of[name])
                     break
         if op.op_type in ELEMENTWISE and op.inputs and not _GRAD.match(name):
             src = op.inputs[0][0]
-            if len(readers[src]) == 1 and worth_deciding(step.ops[src]):
+            if len(readers[src]) == 1 and worth_op(step.ops[src]):
                 join(unit_of[src], unit_of[name])
     for name, op in step.ops.items():
         # A reduction to a scalar (a weight decay's L2Loss, the loss's Mean) serves the
         # tensor it reads: it joins that tensor's producer.
         big = [src for src, port in op.inputs if _elements(step.ops[src], port) > SCALAR]
-        if not op.tied and op.inputs and len(big) == 1 and not decides(op) and \
-                worth_deciding(op) and not _GRAD.match(name):
+        if not op.tied and op.inputs and len(big) == 1 and not decides_here(op) and \
+                worth_op(op) and not _GRAD.match(name):
             join(unit_of[big[0]], unit_of[name])
     groups = defaultdict(list)
     for u in units:
         groups[vertices[u]].extend(u)
     position = {n: i for i, n in enumerate(step.ops)}
-    worth = {r for r, g in groups.items() if any(decides(step.ops[n]) for n in g)}
+    worth = {r for r, g in groups.items() if any(decides_here(step.ops[n]) for n in g)}
     if not worth:
         return [list(step.ops)]
     root_of = {n: r for r, g in groups.items() for n in g}
@@ -327,6 +344,14 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
     signature = {n: (step.ops[n].tied and not maps[n],) + tuple(
         (d, maps[n].get(d), dims_of[n].extent[d]) for d in dims_of[n].dims) for n in mapped}
     seen = set()
+    contents = {}  # id -> (split items, devices) of the OpConfigs met (alive in ``out``)
+
+    def content(cfg):
+        got = contents.get(id(cfg))
+        if got is None:
+            got = contents[id(cfg)] = (tuple(sorted(cfg.split.items())), cfg.devices)
+        return got
+
     at = (tuple(letters), tuple(devices))
     for factors in factor_tuples([adims.extent[d] for d in letters], k, powers_of_two):
         f = dict(zip(letters, factors))
@@ -362,7 +387,7 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
                         break
             for n in names:
                 cfgs[n] = split if ok else _whole(memo, homes.get(g, devices[0]))
-        key = config_key({n: cfgs[n] for n in keyed})
+        key = tuple([(n,) + content(cfgs[n]) for n in keyed])  # (config_key's)
         if key in seen or not any(cfgs[n].num_parts > 1 for n in keyed):
             continue
         seen.add(key)
