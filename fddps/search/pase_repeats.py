@@ -144,19 +144,24 @@ def _renamed(names, ops, cache):
 
 
 def _key_of_vertex(ctx, i):
-    """:func:`vertex_key`, kept in ``ctx.repeats`` (the edges ask it again)."""
+    """:func:`vertex_key` of vertex ``i`` as a small integer, kept in ``ctx.repeats`` (the
+    edges ask it again): equal integers for equal keys. (A key is a large tuple, hashed
+    anew at each dict lookup: each is hashed once, here; the tables' keys hold the
+    integer.)"""
     k = ("vertex key", i)
     got = ctx.repeats.get(k)
     if got is None:
-        got = ctx.repeats[k] = vertex_key(ctx, i)
+        ids = ctx.repeats.setdefault("vertex key ids", {})
+        got = ctx.repeats[k] = ids.setdefault(vertex_key(ctx, i), len(ids))
     return got
 
 
 def edge_key(ctx, u, v, readers, ku, kv):
     """A hashable key of what edge ``(u, v)``'s table depends on besides its ops' names:
-    both vertices' keys (:func:`vertex_key`: their ops and configurations), the readers
-    and the tensors each reads as positions in ``u``'s ops then ``v``'s, and the keys of
-    the configurations (``ku``, ``kv``: as :func:`repeated_edge_table`'s)."""
+    both vertices' keys (:func:`vertex_key`: their ops and configurations; as numbered in
+    ``ctx.repeats``), the readers and the tensors each reads as positions in ``u``'s ops
+    then ``v``'s, and the keys of the configurations (``ku``, ``kv``: as
+    :func:`repeated_edge_table`'s)."""
     ops = ctx.vertices[u] + ctx.vertices[v]
     pos = {n: j for j, n in enumerate(ops)}
     wiring = tuple((pos[n], tuple((pos[s], p) if s in pos else (-1, 0)
@@ -172,6 +177,16 @@ def _costed_once(ctx, key, ops, compute):
     got = ctx.repeats.get(key)
     if got is not None:
         value, base, chunks, names = got
+        if isinstance(names, tuple):  # the first's ops: its names split at its first repeat
+            owner_of = {n: j for j, n in enumerate(names[1])}
+            try:
+                names = [(_names(c["name"], owner_of), _names(c["profile_name"], owner_of))
+                         for c in chunks]
+            except KeyError:  # a row named after none of the ops: not repeated
+                names = None
+            ctx.repeats[key] = (value, base, chunks, names)
+        if names is None:
+            return compute()
         start = sink.n
         cache = {}
         for columns, (name, profile) in zip(chunks, names):
@@ -188,14 +203,8 @@ def _costed_once(ctx, key, ops, compute):
     value = compute()
     if value is None:
         return None
-    chunks = sink.chunk_columns(first)
-    owner_of = {n: j for j, n in enumerate(ops)}
-    try:
-        names = [(_names(c["name"], owner_of), _names(c["profile_name"], owner_of))
-                 for c in chunks]
-    except KeyError:  # a row named after none of the ops: not repeated
-        return value
-    ctx.repeats[key] = (value, base, chunks, names)
+    # (most tables are never met again: their rows' names are split only when one is)
+    ctx.repeats[key] = (value, base, sink.chunk_columns(first), ("ops", list(ops)))
     return value
 
 
