@@ -75,6 +75,7 @@ class RowSink:
         self.columns = {c: [] for c in _ROW_COLUMNS}
         self.n = 0
         self.single = {}
+        self._columns_of = {}  # _repeated's columns
         self.costed = np.zeros((0, len(devices)))
 
     def add_block(self, name, op_type, flops, input_bytes, output_bytes, param_bytes,
@@ -84,11 +85,26 @@ class RowSink:
         base = self.n
         for c, x in zip(_ROW_COLUMNS, (name, op_type, flops, input_bytes, output_bytes,
                                        param_bytes, profile_name, kernel_shape)):
-            if np.ndim(x) == 0:
-                x = np.full(m, x, dtype=object if isinstance(x, str) or x is None else np.float64)
+            if not isinstance(x, np.ndarray) and np.ndim(x) == 0:
+                x = self._repeated(x, m)
             self.columns[c].append(np.asarray(x))
         self.n += m
         return base
+
+    def _repeated(self, x, m) -> np.ndarray:
+        """A read-only column of ``m`` copies of the scalar ``x`` (object for a string or
+        None, else float64), one per distinct ``(x, m)``: blocks repeat few of them (zero
+        parameter bytes, no profile name), and columns are never written to."""
+        text = x is None or isinstance(x, str)
+        if not text and x != x:  # (NaN: its bits are not in its repr)
+            return np.full(m, x, dtype=np.float64)
+        key = (type(x), x if text else repr(x), m)  # (a number's repr tells -0.0 from 0.0)
+        got = self._columns_of.get(key)
+        if got is None:
+            got = np.full(m, x, dtype=object if text else np.float64)
+            got.setflags(write=False)
+            self._columns_of[key] = got
+        return got
 
     def add_row(self, spec) -> int:
         """A dict row's id (one per distinct fields)."""
