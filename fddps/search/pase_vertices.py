@@ -379,10 +379,11 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
             split = next((cfgs[n] for n in names if cfgs[n].num_parts > 1), None)
             ok = split is not None and (not writable or set(names) <= set(shardable.get(g, ())))
             if ok:
+                ref = dims_of[next(m for m in names if cfgs[m] is split)]
                 for n in names:
                     dims = dims_of[n]
-                    ref = dims_of[next(m for m in names if cfgs[m] is split)]
-                    if dims is None or any(dims.extent.get(d) != ref.extent[d] for d in split.split):
+                    if dims is None or any(dims.extent.get(d) != ref.extent[d]
+                                           for d in split.split):
                         ok = False
                         break
             for n in names:
