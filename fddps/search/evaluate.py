@@ -200,7 +200,7 @@ class StrategyEvaluator:
     def _layout(self, name, cfg):
         """Per output port: (entries [(task, device, box)], itemsize, partial) as expand's
         (cached per op and configuration: the DP asks for the same ones many times)."""
-        key = (name, tuple(sorted(cfg.split.items())), cfg.devices)
+        key = (name,) + cfg.key
         if key not in self._layouts:
             self._layouts[key] = self._new_layout(name, cfg)
         return self._layouts[key]

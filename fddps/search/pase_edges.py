@@ -169,7 +169,7 @@ def edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku, kv
         reader_cfg = []
         for a in rep[mine]:
             cfg = configs[mine][a][1][n]
-            k = (tuple(sorted(cfg.split.items())), cfg.devices)
+            k = cfg.key
             if k not in cfg_id:
                 # Feeds from every other vertex, derived once per reader configuration
                 # for all the edges it reads across; this edge's kept (record order).
@@ -192,7 +192,7 @@ def edge_table(step, cluster, layouts, configs, vertex_of, u, v, readers, ku, kv
         for t, (src, port) in enumerate(tensors):
             for i, a in enumerate(rep[other]):
                 cfg = configs[other][a][1][src]
-                k = (src, port, tuple(sorted(cfg.split.items())), cfg.devices)
+                k = (src, port) + cfg.key
                 if k not in lay_id:
                     entries, itemsize, partial = layouts.get(src, cfg)[2][port]
                     groups = {}  # box -> (first holder's device, holders)

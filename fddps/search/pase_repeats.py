@@ -92,17 +92,7 @@ def vertex_key(ctx, i):
                     tuple((pos[s], p) if s in pos else (-1, 0) for s, p in op.inputs),
                     tuple(pos.get(s, -1) for s in op.control_inputs),
                     repr(ctx.layouts.dims_of(n))))
-    # (the configurations share their OpConfig objects: each one's key made once; they
-    # live in ctx.configs meanwhile, so their ids are distinct)
-    keyed = {}
-
-    def key(cfg):
-        got = keyed.get(id(cfg))
-        if got is None:
-            got = keyed[id(cfg)] = (tuple(sorted(cfg.split.items())), cfg.devices)
-        return got
-
-    configs = tuple(tuple([key(c[n]) for n in vtx]) for _, c in ctx.configs[i])
+    configs = tuple(tuple([c[n].key for n in vtx]) for _, c in ctx.configs[i])
     return tuple(ops), configs
 
 

@@ -72,7 +72,7 @@ class _Layouts:
         return self.dims[name]
 
     def get(self, name, cfg):
-        key = (name, tuple(sorted(cfg.split.items())), cfg.devices)
+        key = (name,) + cfg.key
         lay = self.cache.get(key)
         if lay is None:
             lay = self.cache[key] = op_layout(self.step.ops[name], cfg, self.dims_of(name))
@@ -302,8 +302,7 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
             given = _Configs(cfgs, vertex_of, configs)
             rows, links = [], []
             for n in vtx:
-                key = (n,) + tuple((tuple(sorted(given[m].split.items())), given[m].devices)
-                                   for m in reads[n])
+                key = (n,) + tuple(given[m].key for m in reads[n])
                 got = per_op.get(key)
                 if got is None:
                     items = term_items(step, layouts, [n], given, vertex_of, keep,
@@ -359,8 +358,7 @@ def build_tables(step, cluster, cost_model, vertices, configs, check=None, scala
                     merged.update(cv)
                     rows, links = [], []
                     for n in readers:
-                        rkey = (n,) + tuple((tuple(sorted(merged[m].split.items())),
-                                             merged[m].devices) for m in crossing[n])
+                        rkey = (n,) + tuple(merged[m].key for m in crossing[n])
                         got = per_reader.get(rkey)
                         if got is None:
                             items = term_items(step, layouts, [n], merged, vertex_of, keep,
@@ -407,7 +405,7 @@ def _distinct(configs, names) -> list:
         objs = tuple([id(cfgs[n]) for n in names])
         got = by_id.get(objs)
         if got is None:
-            key = tuple((tuple(sorted(cfgs[n].split.items())), cfgs[n].devices) for n in names)
+            key = tuple(cfgs[n].key for n in names)
             got = by_id[objs] = keys.setdefault(key, len(keys))
         out.append(got)
     return out

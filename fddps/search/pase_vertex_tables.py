@@ -186,7 +186,7 @@ class _OpGroups:
             obj = dict(zip(ids, cfgs))  # in order of first appearance
             key_of, reps, group = {}, [], {}
             for i, cfg in obj.items():
-                k = (tuple(sorted(cfg.split.items())), cfg.devices)
+                k = cfg.key
                 g = key_of.get(k)
                 if g is None:
                     g = key_of[k] = len(reps)

@@ -299,7 +299,7 @@ def factor_tuples(extents, k, powers_of_two=False) -> list:
 
 
 def config_key(cfgs) -> tuple:
-    return tuple((n, tuple(sorted(c.split.items())), c.devices) for n, c in cfgs.items())
+    return tuple((n,) + c.key for n, c in cfgs.items())
 
 
 def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=False,
@@ -344,14 +344,6 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
     signature = {n: (step.ops[n].tied and not maps[n],) + tuple(
         (d, maps[n].get(d), dims_of[n].extent[d]) for d in dims_of[n].dims) for n in mapped}
     seen = set()
-    contents = {}  # id -> (split items, devices) of the OpConfigs met (alive in ``out``)
-
-    def content(cfg):
-        got = contents.get(id(cfg))
-        if got is None:
-            got = contents[id(cfg)] = (tuple(sorted(cfg.split.items())), cfg.devices)
-        return got
-
     at = (tuple(letters), tuple(devices))
     for factors in factor_tuples([adims.extent[d] for d in letters], k, powers_of_two):
         f = dict(zip(letters, factors))
@@ -388,7 +380,7 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
                         break
             for n in names:
                 cfgs[n] = split if ok else _whole(memo, homes.get(g, devices[0]))
-        key = tuple([(n,) + content(cfgs[n]) for n in keyed])  # (config_key's)
+        key = tuple([(n,) + cfgs[n].key for n in keyed])  # (config_key's)
         if key in seen or not any(cfgs[n].num_parts > 1 for n in keyed):
             continue
         seen.add(key)

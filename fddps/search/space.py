@@ -106,8 +106,7 @@ def writable_strategy(step, strategy):
     shardable and configured alike (see :func:`unit_splits`)."""
     shardable = _shardable(step)
     alike = {g for g, names in shardable.items()
-             if len({(tuple(sorted(strategy.config(n).split.items())), strategy.config(n).devices)
-                     for n in names}) == 1}
+             if len({strategy.config(n).key for n in names}) == 1}
     configs = {}
     for name in step.ops:
         cfg = strategy.config(name)

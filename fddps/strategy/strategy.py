@@ -61,6 +61,9 @@ class OpConfig:
     devices : tuple of str
         One device per part, parts enumerated over the dimensions in the
         op's order (:attr:`fddps.strategy.ops.OpDims.dims`), the last fastest.
+    key : tuple
+        ``(split items sorted, devices)``: equal for configurations alike, hashable
+        (``split`` is a dict); made once, as the searches key caches and tables by it.
     """
 
     split: Mapping = field(default_factory=dict)
@@ -69,6 +72,7 @@ class OpConfig:
     def __post_init__(self):
         object.__setattr__(self, "split", {k: int(v) for k, v in dict(self.split).items() if v != 1})
         object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "key", (tuple(sorted(self.split.items())), self.devices))
 
     @property
     def num_parts(self) -> int:
