@@ -638,21 +638,7 @@ class PlacementState:
             d, f = dev[p], fin[p]
             a = f + lat + b * inv
             return [f if k == d else a for k in devices]
-        local = {}       # device -> latest finish of a parent there
-        remote = {}      # device -> latest arrival elsewhere of a parent there
-        for p, b in inputs:
-            d, f = dev[p], fin[p]
-            if f > local.get(d, -1.0):
-                local[d] = f
-            a = f + lat + b * inv
-            if a > remote.get(d, -1.0):
-                remote[d] = a
-        first_dev, first, second = -1, 0.0, 0.0
-        for d, a in remote.items():
-            if a > first:
-                first_dev, first, second = d, a, first
-            elif a > second:
-                second = a
+        local, first_dev, first, second = _latest_arrivals(inputs, dev, fin, lat, inv)
         out = []
         for k in devices:
             r = second if k == first_dev else first
@@ -711,6 +697,30 @@ class PlacementState:
         order = [tl.ops for tl in self.timelines]
         return Schedule.from_order(self.graph, self.cluster, self.device, order, algorithm, info,
                                    exec_time=self.et)
+
+
+def _latest_arrivals(inputs, device, finish, lat, inv):
+    """An op's inputs ``(producer, bytes)``, all placed, over identical links (latency
+    ``lat``, seconds per byte ``inv``): ``(local, first_dev, first, second)``, ``local``
+    the latest finish of a parent per device holding one, ``first`` the latest arrival of
+    any parent on another device than its own (``first_dev`` the device of that parent),
+    ``second`` the latest from any other device. The inputs are on device ``k`` at
+    ``max(local.get(k, 0), second if k == first_dev else first)``."""
+    local, remote = {}, {}
+    for p, b in inputs:
+        d, f = device[p], finish[p]
+        if f > local.get(d, -1.0):
+            local[d] = f
+        a = f + lat + b * inv
+        if a > remote.get(d, -1.0):
+            remote[d] = a
+    first_dev, first, second = -1, 0.0, 0.0
+    for d, a in remote.items():
+        if a > first:
+            first_dev, first, second = d, a, first
+        elif a > second:
+            second = a
+    return local, first_dev, first, second
 
 
 def mean_exec_time(exec_time: np.ndarray) -> np.ndarray:
@@ -846,20 +856,7 @@ def _list_schedule_uniform(state, priority, insertion):
             first_dev, second = device[p], finish[p]
             first = second + lat + b * inv
         else:
-            local, remote = {}, {}
-            for p, b in inputs:
-                d, f = device[p], finish[p]
-                if f > local.get(d, -1.0):
-                    local[d] = f
-                a = f + lat + b * inv
-                if a > remote.get(d, -1.0):
-                    remote[d] = a
-            first_dev, first, second = -1, 0.0, 0.0
-            for d, a in remote.items():
-                if a > first:
-                    first_dev, first, second = d, a, first
-                elif a > second:
-                    second = a
+            local, first_dev, first, second = _latest_arrivals(inputs, device, finish, lat, inv)
         # The device where it finishes first (_earliest_finish_device).
         if len(devices) == 1:
             k = devices[0]
