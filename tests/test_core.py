@@ -448,16 +448,21 @@ def test_lower_bounds_are_kept_per_graph_and_cluster_not_for_the_reversed_graph(
 
 @pytest.mark.parametrize("devices,memory_share,insertion",
                          [(2, None, True), (4, None, True), (8, None, False), (4, 0.3, True),
-                          (3, 0.4, True)])
+                          (3, 0.4, True), (4, 0.251, True)])
 def test_the_uniform_link_list_pass_decides_as_the_general_one(devices, memory_share, insertion):
-    """On identical links list_schedule takes its inlined loop; it must place every op where,
-    and when, the general loop (through PlacementState's methods) does, also where memory
-    runs short and candidates are filtered (or the pass fails the same way)."""
+    """On identical links list_schedule takes its compiled pass (or, without numba, its
+    inlined loop); both must place every op where, and when, the general loop (through
+    PlacementState's methods) does, also where memory runs short and candidates are
+    filtered (or the pass fails the same way: 4 devices at 0.251 of the bytes, seed 2)."""
+    from fddps.algorithms import list_pass_jit
     from fddps.algorithms.base import (PlacementState, _list_schedule_any,
-                                       _list_schedule_uniform)
+                                       _list_schedule_compiled, _list_schedule_uniform)
     from fddps.errors import InfeasibleError
     from fddps.generators import training_graph
 
+    loops = [_list_schedule_uniform, lambda st, p, ins: _list_schedule_any(st, p, ins, False)]
+    if list_pass_jit.AVAILABLE:
+        loops.append(_list_schedule_compiled)
     for seed in range(3):
         g = training_graph(300, seed=seed)
         memory = None
@@ -466,7 +471,7 @@ def test_the_uniform_link_list_pass_decides_as_the_general_one(devices, memory_s
         c = Cluster.homogeneous(devices, bandwidth=5e9, latency=2e-5, memory=memory)
         priority = np.random.default_rng(seed).uniform(size=g.num_ops)
         outcomes = []
-        for loop in (_list_schedule_uniform, lambda st, p, ins: _list_schedule_any(st, p, ins, False)):
+        for loop in loops:
             state = PlacementState(g, c)
             assert state.uniform_links
             try:
@@ -475,5 +480,10 @@ def test_the_uniform_link_list_pass_decides_as_the_general_one(devices, memory_s
                 outcomes.append(("infeasible", str(err)))
                 continue
             outcomes.append((state.device, state.start, state.finish, state.mem_used,
-                             state.reserved, [tl.ops for tl in state.timelines]))
-        assert outcomes[0] == outcomes[1]
+                             state.reserved, state.group_device,
+                             [tl.ops for tl in state.timelines]))
+            # The timelines the compiled pass rebuilds find the gaps the others do.
+            queries = np.random.default_rng(seed).uniform(0, max(state.finish), (50, 2))
+            outcomes[-1] += ([[tl.earliest_start(r, d * 1e-3) for r, d in queries.tolist()]
+                              for tl in state.timelines],)
+        assert all(o == outcomes[0] for o in outcomes[1:])

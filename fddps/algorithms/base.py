@@ -34,6 +34,7 @@ from ..bounds import communication_lower_bound, lower_bound
 # fddps.bounds) took them: still importable from here.
 from ..paths import allowed_devices, bottom_levels, top_levels  # noqa: F401
 from ..schedule import Schedule
+from . import list_pass_jit
 
 _REGISTRY: dict[str, type] = {}
 
@@ -267,6 +268,25 @@ class DeviceTimeline:
         self.free_at = 0.0             # finish of the last interval
         self.count = 0
 
+    @classmethod
+    def from_sorted(cls, starts, finishes, ops) -> "DeviceTimeline":
+        """A timeline of the intervals ``starts[j]``-``finishes[j]`` of ``ops[j]`` (arrays,
+        sorted and not overlapping), as :meth:`add` one by one would record them."""
+        tl = cls()
+        n = len(ops)
+        if not n:
+            return tl
+        gaps = np.empty(n)
+        gaps[0] = starts[0]
+        np.subtract(starts[1:], finishes[:-1], out=gaps[1:])
+        starts, finishes, ops, gaps = (a.tolist() for a in (starts, finishes, ops, gaps))
+        for lo in range(0, n, cls.BLOCK):
+            hi = lo + cls.BLOCK
+            tl.blocks.append(_Block(starts[lo:hi], finishes[lo:hi], ops[lo:hi], gaps[lo:hi]))
+            tl.firsts.append(starts[lo])
+        tl.free_at, tl.count = finishes[-1], n
+        return tl
+
     @property
     def ops(self) -> list[int]:
         """The device's ops, first to last."""
@@ -411,7 +431,8 @@ class PlacementState:
         self.et = graph.exec_times(cluster) if exec_time is None else exec_time
         # Shared cores: charge each device its share of them (Cluster.slowdown),
         # as if every device of its group were busy; the replay is exact.
-        self.et_rows = (self.et * cluster.slowdown if cluster.shares_cores else self.et).tolist()
+        durations = self.et * cluster.slowdown if cluster.shares_cores else self.et
+        self.et_rows = durations.tolist()
         self.latency = cluster.latency.tolist()
         self.inv_bw = cluster.inv_bandwidth.tolist()
         off = ~np.eye(m, dtype=bool)
@@ -450,6 +471,9 @@ class PlacementState:
         # Inputs of each op, as (producer, bytes) pairs.
         self.inputs = graph.input_pairs()
         self._check_memory(need)
+        # The compiled list pass's tables (list_pass_jit), shared by fresh() states.
+        self.compiled_tables = (self._compiled_tables(durations, need)
+                                if self.uniform_links and list_pass_jit.AVAILABLE else None)
         self._reset()
 
     def _reset(self):
@@ -481,6 +505,21 @@ class PlacementState:
         new.graph, new.inputs = graph, graph.input_pairs()
         new._reset()
         return new
+
+    def _compiled_tables(self, durations, need):
+        """What :func:`list_pass_jit.list_pass` needs of this state, as arrays."""
+        allowed = np.ones((self.n, self.m), dtype=np.bool_)
+        for i, devs in enumerate(self.allowed):
+            if len(devs) != self.m:  # distinct device indices: fewer than all of them
+                allowed[i] = False
+                allowed[i, devs] = True
+        lat, inv = self._link
+        return dict(durations=np.ascontiguousarray(durations, dtype=np.float64), allowed=allowed,
+                    lat=lat, inv=inv, group=np.asarray(self.group, dtype=np.int64),
+                    group_need=np.asarray(self.group_need, dtype=np.float64),
+                    need=np.asarray(self.need, dtype=np.float64),
+                    capacity=np.asarray(self.capacity, dtype=np.float64),
+                    roomy=self._roomy, slack=1 + _MEMORY_SLACK)
 
     # -- feasibility --------------------------------------------------------------
     def _allowed_devices(self):
@@ -765,6 +804,8 @@ def list_schedule(state: PlacementState, priority, insertion: bool = True,
         raise ValueError(f"minimize must be 'finish' or 'start', got {minimize!r}")
     by_start = minimize == "start"
     if not by_start and state.uniform_links:
+        if state.compiled_tables is not None and not any(tl.count for tl in state.timelines):
+            return _list_schedule_compiled(state, priority, insertion)
         return _list_schedule_uniform(state, priority, insertion)
     return _list_schedule_any(state, priority, insertion, by_start)
 
@@ -807,6 +848,30 @@ def _list_schedule_any(state, priority, insertion, by_start):
             waiting[j] -= 1
             if waiting[j] == 0:
                 push(ready, (key[j], j))
+    return state
+
+
+def _list_schedule_compiled(state, priority, insertion):
+    """:func:`_list_schedule_uniform`'s decisions, compiled (:mod:`.list_pass_jit`), for an
+    empty ``state``: filled in from the arrays the compiled pass returns."""
+    g = state.graph
+    arrays = dict(state.compiled_tables, pred_ptr=g.pred_ptr, pred_idx=g.pred_idx,
+                  pred_bytes=np.ascontiguousarray(g.bytes[g.pred_eid], dtype=np.float64),
+                  succ_ptr=g.succ_ptr, succ_idx=g.succ_idx)
+    group_device = np.asarray(state.group_device, dtype=np.int64)
+    mem_used = np.asarray(state.mem_used, dtype=np.float64)
+    failed, reserved, device, start, finish, (starts, finishes, ops, counts) = \
+        list_pass_jit.list_pass(arrays, priority, insertion, group_device, mem_used,
+                                state.reserved)
+    state.device, state.start, state.finish = device.tolist(), start.tolist(), finish.tolist()
+    state.mem_used, state.group_device = mem_used.tolist(), group_device.tolist()
+    state.reserved = reserved
+    state.timelines = [DeviceTimeline.from_sorted(starts[k, :c], finishes[k, :c], ops[k, :c])
+                       for k, c in enumerate(counts.tolist())]
+    if failed >= 0:
+        state.candidates(failed)  # raises InfeasibleError naming the op, as the Python loop does
+        raise RuntimeError(f"the compiled list pass found no room for op {failed} where "
+                           f"PlacementState.candidates finds some")
     return state
 
 
