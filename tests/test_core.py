@@ -462,6 +462,7 @@ def test_the_uniform_link_list_pass_decides_as_the_general_one(devices, memory_s
 
     loops = [_list_schedule_uniform, lambda st, p, ins: _list_schedule_any(st, p, ins, False)]
     if list_pass_jit.AVAILABLE:
+        list_pass_jit.warm_up()  # loaded: graphs of any size get compiled tables
         loops.append(_list_schedule_compiled)
     for seed in range(3):
         g = training_graph(300, seed=seed)
@@ -487,3 +488,46 @@ def test_the_uniform_link_list_pass_decides_as_the_general_one(devices, memory_s
             outcomes[-1] += ([[tl.earliest_start(r, d * 1e-3) for r, d in queries.tolist()]
                               for tl in state.timelines],)
         assert all(o == outcomes[0] for o in outcomes[1:])
+
+
+@pytest.mark.parametrize("devices,memory_share,options",
+                         [(2, None, {}), (4, None, {"lookahead": False}),
+                          (8, None, {"insertion": False}), (4, 0.3, {"prefer_parent": False}),
+                          (3, 0.4, {}), (4, 0.2505, {})])
+def test_fddps_compiled_list_pass_decides_as_its_python_loop(devices, memory_share, options):
+    """FD-DPS's own list pass (Find_Slot's rules, the DCPL frontier) compiled must place
+    every op where and when its Python loop does, with each rule switched off in turn,
+    where memory runs short (3 devices at 0.4) and where it runs out (4 at 0.2505: the
+    same error, seeds 1 and 2)."""
+    from fddps.algorithms import list_pass_jit
+    from fddps.algorithms.base import PlacementState
+    from fddps.algorithms.fddps import FDDPS
+    from fddps.errors import InfeasibleError
+    from fddps.generators import training_graph
+
+    if not list_pass_jit.AVAILABLE:
+        pytest.skip("numba not importable or FDDPS_NO_JIT set: only the Python loop runs")
+    assert list_pass_jit.use_compiled(list_pass_jit.MIN_OPS_TO_LOAD)
+    assert list_pass_jit.warm_up() > 0
+    assert list_pass_jit.use_compiled(1)  # once loaded, for every graph
+    for seed in range(3):
+        g = training_graph(300, seed=seed)
+        memory = None
+        if memory_share is not None:
+            memory = float(g.memory.sum() + g.allocated.sum()) * memory_share
+        c = Cluster.homogeneous(devices, bandwidth=5e9, latency=2e-5, memory=memory)
+        outcomes = []
+        for compiled in (False, True):
+            state = PlacementState(g, c)
+            assert state.compiled_tables is not None
+            if not compiled:
+                state.compiled_tables = None  # the Python loop
+            try:
+                stats = FDDPS(**options)._list_schedule(state)
+            except InfeasibleError as err:
+                outcomes.append(("infeasible", str(err)))
+                continue
+            outcomes.append((stats, state.device, state.start, state.finish, state.mem_used,
+                             state.reserved, state.group_device,
+                             [tl.ops for tl in state.timelines]))
+        assert outcomes[0] == outcomes[1]

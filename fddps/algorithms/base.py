@@ -473,7 +473,8 @@ class PlacementState:
         self._check_memory(need)
         # The compiled list pass's tables (list_pass_jit), shared by fresh() states.
         self.compiled_tables = (self._compiled_tables(durations, need)
-                                if self.uniform_links and list_pass_jit.AVAILABLE else None)
+                                if self.uniform_links and list_pass_jit.use_compiled(n)
+                                else None)
         self._reset()
 
     def _reset(self):
@@ -854,20 +855,38 @@ def _list_schedule_any(state, priority, insertion, by_start):
 def _list_schedule_compiled(state, priority, insertion):
     """:func:`_list_schedule_uniform`'s decisions, compiled (:mod:`.list_pass_jit`), for an
     empty ``state``: filled in from the arrays the compiled pass returns."""
+    group_device, mem_used = compiled_memory(state)
+    result = list_pass_jit.list_pass(compiled_arrays(state), priority, insertion, group_device,
+                                     mem_used, state.reserved)
+    return fill_from_compiled(state, result, group_device, mem_used)
+
+
+def compiled_arrays(state):
+    """The arrays a compiled pass (:mod:`.list_pass_jit`) reads: ``state.compiled_tables``
+    and its graph's."""
     g = state.graph
-    arrays = dict(state.compiled_tables, pred_ptr=g.pred_ptr, pred_idx=g.pred_idx,
-                  pred_bytes=np.ascontiguousarray(g.bytes[g.pred_eid], dtype=np.float64),
-                  succ_ptr=g.succ_ptr, succ_idx=g.succ_idx)
-    group_device = np.asarray(state.group_device, dtype=np.int64)
-    mem_used = np.asarray(state.mem_used, dtype=np.float64)
-    failed, reserved, device, start, finish, (starts, finishes, ops, counts) = \
-        list_pass_jit.list_pass(arrays, priority, insertion, group_device, mem_used,
-                                state.reserved)
+    return dict(state.compiled_tables, pred_ptr=g.pred_ptr, pred_idx=g.pred_idx,
+                pred_bytes=np.ascontiguousarray(g.bytes[g.pred_eid], dtype=np.float64),
+                succ_ptr=g.succ_ptr, succ_idx=g.succ_idx)
+
+
+def compiled_memory(state):
+    """What a compiled pass adds to: the groups' devices and the bytes in use, as arrays."""
+    return (np.asarray(state.group_device, dtype=np.int64),
+            np.asarray(state.mem_used, dtype=np.float64))
+
+
+def fill_from_compiled(state, result, group_device, mem_used):
+    """Fill the empty ``state`` from a compiled pass's ``result`` and the arrays it added
+    to; raise as :meth:`PlacementState.candidates` does where the pass found no room
+    for an op."""
+    failed, reserved, device, start, finish, timelines = result[:6]
     state.device, state.start, state.finish = device.tolist(), start.tolist(), finish.tolist()
     state.mem_used, state.group_device = mem_used.tolist(), group_device.tolist()
-    state.reserved = reserved
+    starts, finishes, ops, counts = timelines
     state.timelines = [DeviceTimeline.from_sorted(starts[k, :c], finishes[k, :c], ops[k, :c])
                        for k, c in enumerate(counts.tolist())]
+    state.reserved = reserved
     if failed >= 0:
         state.candidates(failed)  # raises InfeasibleError naming the op, as the Python loop does
         raise RuntimeError(f"the compiled list pass found no room for op {failed} where "

@@ -81,7 +81,9 @@ from ..bounds import communication_lower_bound
 from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
 from ..paths import bottom_levels
-from .base import PlacementState, Scheduler, register
+from . import list_pass_jit
+from .base import (PlacementState, Scheduler, compiled_arrays, compiled_memory, fill_from_compiled,
+                   register)
 from .justify import DEFAULT_MIN_GAIN, check_min_gain, forward_backward_improve
 from .local_search import move_search
 from .single import best_single_device
@@ -329,12 +331,20 @@ class FDDPS(Scheduler):
         et_est = state.mean_exec_time()
         comm_est = state.mean_edge_comm()
         blevel_arr = bottom_levels(g, et_est, comm_est)
-        blevel = blevel_arr.tolist()
-        tail = (blevel_arr - et_est).tolist()  # longest path after the op finishes
+        tail = blevel_arr - et_est  # longest path after the op finishes
         rank = np.empty(n, dtype=np.int64)
         rank[g.topo] = np.arange(n)
-        rank = rank.tolist()
 
+        if state.compiled_tables is not None and not any(tl.count for tl in state.timelines):
+            group_device, mem_used = compiled_memory(state)
+            result = list_pass_jit.fddps_list_pass(
+                compiled_arrays(state), blevel_arr, tail, rank, comm_est[g.succ_eid],
+                self.lookahead, self.prefer_parent, self.insertion, group_device, mem_used,
+                state.reserved)
+            fill_from_compiled(state, result, group_device, mem_used)
+            return {"critical_picks": result[-1],
+                    "dcpl_estimate": float(blevel_arr.max(initial=0.0))}
+        blevel, tail, rank = blevel_arr.tolist(), tail.tolist(), rank.tolist()
         succ_ptr, succ_idx = g.succ_ptr.tolist(), g.succ_idx.tolist()
         succ_comm = comm_est[g.succ_eid].tolist()
         # Critical child: the child with the highest Score, i.e. the largest w + blevel.
