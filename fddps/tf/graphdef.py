@@ -431,6 +431,8 @@ def _loop_frames(nodes, src, dst):
     nodes are counted in the frame they enter.
     """
     n = len(nodes)
+    if not any(node.op in ENTER_OPS for node in nodes):
+        return [""] * n  # no loop: every node in the root frame
     succ = [[] for _ in range(n)]
     indeg = [0] * n
     for s, d in zip(src, dst):
