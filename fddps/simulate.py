@@ -903,6 +903,48 @@ def _executor_replay(graph, cluster, device, order, et, policy, share=None):
     return _replay_flow(graph, cluster, device, order, et, task_order=task_order, share=share)
 
 
+def _replayed(graph, cluster, placement, order, policy, amortise_transfers):
+    """:func:`simulate`'s replay: ``(device, start, finish, flow)`` (times of the ops and
+    the tasks beyond them); raises as :func:`simulate` does."""
+    _check_policy(policy)
+    device = _device_array(graph, cluster, placement)
+    et = graph.exec_times(cluster)
+    dur = et[np.arange(graph.num_ops), device]
+    if np.any(np.isinf(dur)):
+        bad = int(np.flatnonzero(np.isinf(dur))[0])
+        raise InvalidScheduleError(f"op {graph.names[bad]!r} cannot run on device "
+                                   f"{cluster.names[device[bad]]!r} (no cost for its type)")
+    if order is not None:
+        order = [np.asarray([graph.index[o] if o in graph.index else int(o) for o in seq],
+                            dtype=np.int64) for seq in order]
+    if order is not None and policy == "tensorflow":
+        _check_order(graph, cluster, device, order)
+    start, finish, flow = _executor_replay(graph, cluster, device, order, et, policy)
+    if amortise_transfers and cluster.transfer_cpu is not None and flow.sends.size:
+        share = amortised_shares(flow, start, finish, cluster)
+        start, finish, flow = _executor_replay(graph, cluster, device, order, et, policy, share)
+    return device, start, finish, flow
+
+
+def simulated_makespan(graph, cluster, placement, order=None, policy="fifo",
+                       amortise_transfers=True) -> float:
+    """``simulate(...).makespan`` without building the rest of the :class:`Timeline`
+    (its tables and peak memory cost more than the replay on large graphs).
+
+    Parameters, raises: as :func:`simulate`.
+
+    Examples
+    --------
+    >>> from fddps import OpGraph, Cluster
+    >>> g = OpGraph(["a", "b"], [1.0, 1.0], [("a", "b", 1e6)])
+    >>> simulated_makespan(g, Cluster.homogeneous(2, bandwidth=1e6), {"a": "0", "b": "1"})
+    3.0
+    """
+    _, start, finish, _ = _replayed(graph, cluster, placement, order, policy, amortise_transfers)
+    n = graph.num_ops
+    return float(finish[:n].max() - start[:n].min()) if n else 0.0
+
+
 def simulate(graph, cluster, placement, order=None, policy="fifo", amortise_transfers=True):
     """Replay ``placement`` (and ``order``, if given) and return the step's timeline.
 
@@ -948,23 +990,8 @@ def simulate(graph, cluster, placement, order=None, policy="fifo", amortise_tran
     >>> simulate(g, c, {"a": "0", "b": "1"}).makespan
     3.0
     """
-    _check_policy(policy)
-    device = _device_array(graph, cluster, placement)
-    et = graph.exec_times(cluster)
-    dur = et[np.arange(graph.num_ops), device]
-    if np.any(np.isinf(dur)):
-        bad = int(np.flatnonzero(np.isinf(dur))[0])
-        raise InvalidScheduleError(f"op {graph.names[bad]!r} cannot run on device "
-                                   f"{cluster.names[device[bad]]!r} (no cost for its type)")
-    if order is not None:
-        order = [np.asarray([graph.index[o] if o in graph.index else int(o) for o in seq],
-                            dtype=np.int64) for seq in order]
-    if order is not None and policy == "tensorflow":
-        _check_order(graph, cluster, device, order)
-    start, finish, flow = _executor_replay(graph, cluster, device, order, et, policy)
-    if amortise_transfers and cluster.transfer_cpu is not None and flow.sends.size:
-        share = amortised_shares(flow, start, finish, cluster)
-        start, finish, flow = _executor_replay(graph, cluster, device, order, et, policy, share)
+    device, start, finish, flow = _replayed(graph, cluster, placement, order, policy,
+                                            amortise_transfers)
     n = graph.num_ops
     start, finish = start[:n], finish[:n]
     comm = flow.edge_seconds

@@ -531,3 +531,21 @@ def test_fddps_compiled_list_pass_decides_as_its_python_loop(devices, memory_sha
                              state.reserved, state.group_device,
                              [tl.ops for tl in state.timelines]))
         assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("policy", ["fifo", "tensorflow"])
+def test_simulated_makespan_is_the_timelines(policy):
+    """The makespan-only replay (what the order guard and place() use) equals
+    simulate()'s, with and without an order, on clusters with and without charged links."""
+    from fddps import get_algorithm
+    from fddps.generators import training_graph
+    from fddps.simulate import simulate, simulated_makespan
+
+    g = training_graph(200, seed=3)
+    free = Cluster.homogeneous(3, bandwidth=5e9, latency=2e-5)
+    charged = Cluster(free.devices, bandwidth=1e9, latency=1e-4, transfer_compute=0.5)
+    for cluster in (free, charged):
+        s = get_algorithm("heft").schedule(g, cluster)
+        for order in (None, s.order):
+            assert simulated_makespan(g, cluster, s.device, order=order, policy=policy) == \
+                simulate(g, cluster, s.device, order=order, policy=policy).makespan

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from ..errors import FddpsError, InfeasibleError
-from ..simulate import executor_policy, simulate
+from ..simulate import executor_policy, simulated_makespan
 from .devices import make_cluster
 from .fetches import record_fetches
 from .placement import Placement
@@ -66,7 +66,7 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
         return schedule, bool(enforce_order), info
     policy = executor_policy(cluster)
     margin = SPREAD_MARGIN[policy]
-    tf_order = float(simulate(schedule.graph, cluster, schedule.device, policy=policy).makespan)
+    tf_order = simulated_makespan(schedule.graph, cluster, schedule.device, policy=policy)
     info["tf_order_makespan"] = tf_order
     if _devices_used(schedule) == 1 or (margin == 0 and tf_order <= schedule.makespan * (1 + 1e-9)):
         return schedule, False, info
@@ -80,8 +80,8 @@ def order_guard(graph, cluster, schedule, enforce_order, can_enforce):
         return schedule, False, info
     # Held to the scheduled order, a worker still serves its sends on the thread
     # that runs the step (simulate with the order and the "tensorflow" executor).
-    enforced = float(simulate(schedule.graph, cluster, schedule.device, order=schedule.order,
-                              policy=policy).makespan)
+    enforced = simulated_makespan(schedule.graph, cluster, schedule.device, order=schedule.order,
+                                  policy=policy)
     info["enforced_order_makespan"] = enforced
     # On CPU workers over gRPC (the "tensorflow" executor model) order edges measured
     # far slower than predicted: VGG-16's spreads on two workers, held to FD-DPS's and
@@ -164,14 +164,14 @@ def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, ov
         # Without order edges TensorFlow's executor picks the order on each device:
         # predict that step too, which may be slower.
         if enforce_order:
-            executor = guard.get("enforced_order_makespan") or float(simulate(
+            executor = guard.get("enforced_order_makespan") or simulated_makespan(
                 split_graph, cluster, schedule.device, order=schedule.order,
-                policy=executor_policy(cluster)).makespan)
+                policy=executor_policy(cluster))
         elif not guard["order_guard"] and np.isfinite(guard["tf_order_makespan"]):
             executor = guard["tf_order_makespan"]  # the guard predicted this schedule already
         else:
-            executor = float(simulate(split_graph, cluster, schedule.device,
-                                      policy=executor_policy(cluster)).makespan)
+            executor = simulated_makespan(split_graph, cluster, schedule.device,
+                                          policy=executor_policy(cluster))
         info.update(order_edges_added=order_edges, decide_seconds=t_decided - t_read,
                     executor_makespan=executor, **guard,
                     place_seconds=time.perf_counter() - t0, algorithm=algorithm,
