@@ -127,3 +127,9 @@ def test_registry_dtypes_of_a_node():
     with pytest.raises(UnknownOpDef, match="no attribute"):
         node_dtypes(missing)
     assert "N" not in missing.attr  # a missing attribute is not inserted
+    # Answers are kept by op type and type attributes: another dtype or count is another answer.
+    with g.as_default():
+        tf.concat([tf.cast(v, tf.int32)] * 2, 0, name="icat")
+    icat = [n for n in g.as_graph_def().node if n.name == "icat"][0]
+    assert node_dtypes(icat) == (["int32"], [False] * 3)
+    assert node_dtypes(node["cat"]) == (["float32"], [False] * 4)

@@ -50,6 +50,21 @@ def _arg_types(args, node):
     return out
 
 
+def _type_attrs(op_def) -> tuple:
+    """The attribute names an OpDef's argument types and counts are read from."""
+    names = []
+    for arg in (*op_def.input_arg, *op_def.output_arg):
+        names.extend(a for a in (arg.type_list_attr, arg.type_attr, arg.number_attr) if a)
+    return tuple(dict.fromkeys(names))
+
+
+#: node_dtypes' answers by (op type, the node's type attributes serialised): a
+#: training graph's off-step nodes are thousands of a few kinds (Assign, Const...).
+_ANSWERS: dict = {}
+#: Registered OpDefs and their type attributes, by op type.
+_OP_DEFS: dict = {}
+
+
 def node_dtypes(node):
     """``(output dtype names, declared-input flags)`` of a NodeDef, from the op registry.
 
@@ -65,13 +80,22 @@ def node_dtypes(node):
     """
     from tensorflow.python.framework import op_def_registry
 
-    op_def = op_def_registry.get(node.op)
-    if op_def is None:
-        raise UnknownOpDef(f"op type {node.op!r} of node {node.name!r} is not registered")
-    as_dtype = _tf().as_dtype
-    names = []
-    for t, ref in _arg_types(op_def.output_arg, node):
-        dtype = as_dtype(t)
-        names.append((dtype._as_ref if ref else dtype).name)
-    declared = [ref or t == _DT_RESOURCE for t, ref in _arg_types(op_def.input_arg, node)]
-    return names, declared
+    known = _OP_DEFS.get(node.op)
+    if known is None:
+        op_def = op_def_registry.get(node.op)
+        if op_def is None:
+            raise UnknownOpDef(f"op type {node.op!r} of node {node.name!r} is not registered")
+        known = _OP_DEFS[node.op] = (op_def, _type_attrs(op_def))
+    op_def, type_attrs = known
+    attrs = node.attr
+    key = (node.op, *(attrs[a].SerializeToString() if a in attrs else None for a in type_attrs))
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        as_dtype = _tf().as_dtype
+        names = []
+        for t, ref in _arg_types(op_def.output_arg, node):
+            dtype = as_dtype(t)
+            names.append((dtype._as_ref if ref else dtype).name)
+        declared = [ref or t == _DT_RESOURCE for t, ref in _arg_types(op_def.input_arg, node)]
+        answer = _ANSWERS[key] = (tuple(names), tuple(declared))
+    return list(answer[0]), list(answer[1])
