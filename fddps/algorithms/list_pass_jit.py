@@ -18,13 +18,14 @@ from the first interval ending after ``ready``: the blocks there only prune),
 and ties in the latest remote arrival of a multi-input op kept by the device
 seen first among its inputs, as the Python dict's order keeps them.
 
-Numba costs a process ~0.8 s the first time (its import, ~0.35 s, and its
-first call, ~0.45 s, here; compiling from an empty cache, once per install,
-several seconds), about what the Python loop spends on all the list passes of
-one ``place()`` of a 5,000-op step. So numba is imported on first use only, and
-a process takes the compiled pass for graphs of at least
-:data:`MIN_OPS_TO_LOAD` ops, then for every graph once it is loaded
-(:func:`use_compiled`); the decisions are the same either way.
+Numba costs a process ~1 s the first time (its import, ~0.35 s, and its first
+call, ~0.45-0.7 s, here; compiling from an empty cache, once per install,
+several seconds): about what the Python passes of one ``place()`` of a
+10,000-op step cost (ResNet-200's, 10,358 ops on 4 P100s: a first ``place()``
+in a fresh process measured 3.9-4.7 s with numba loading, 4.2-4.4 s without).
+So numba is imported on first use only, and a process takes the compiled pass
+for graphs of at least :data:`MIN_OPS_TO_LOAD` ops, then for every graph once
+it is loaded (:func:`use_compiled`); the decisions are the same either way.
 
 Without numba (``pip install numba``), or with ``FDDPS_NO_JIT=1`` in the
 environment, :data:`AVAILABLE` is false and the Python loop runs.
@@ -42,7 +43,7 @@ import numpy as np
 AVAILABLE = not os.environ.get("FDDPS_NO_JIT") and importlib.util.find_spec("numba") is not None
 
 #: A process that has not loaded numba yet loads it for graphs of at least this many ops.
-MIN_OPS_TO_LOAD = 5000
+MIN_OPS_TO_LOAD = 15_000
 
 #: The functions compiled, in the order numba resolves them (callees first).
 _KERNELS = ("_earliest_start", "_insert", "_heap_push", "_heap_pop", "_candidates",
