@@ -213,7 +213,8 @@ def _run(unary, pairwise, sizes, order, base=None, changed=None):
             axes = scope + [x]
             total = np.zeros([sizes[v] for v in axes])
             for s, table, _ in mine:
-                total = total + broadcast(table, s, axes, sizes)
+                # (in place: the same sums, without a new table per factor)
+                np.add(total, broadcast(table, s, axes, sizes), out=total)
             arg = np.argmin(total, axis=-1)
             reduced = np.min(total, axis=-1)
         steps.append((scope, arg, reduced, dirty, fids))
@@ -295,7 +296,7 @@ def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None, base_c
                 s, table = new_scope[f], new_table[f]
             else:
                 s, table = factor(f)
-            total = total + broadcast(table, s, axes, sizes)
+            np.add(total, broadcast(table, s, axes, sizes), out=total)
         new_arg[t] = np.argmin(total, axis=-1)
         if not scope:
             break

@@ -239,11 +239,11 @@ class _OpGroups:
         lo_rows = np.zeros((len(splits), P, D), dtype=np.int64)
         hi_rows = np.ones((len(splits), P, D), dtype=np.int64)
         stats_rows = np.zeros(len(splits), dtype=bool)
+        extents = tuple(int(dims.extent[d]) for d in letters)
         for items, r in splits.items():
             if items:  # a split configuration (factors of 1 are never kept)
                 split = dict(items)
-                b = _boxes_array(tuple(int(dims.extent[d]) for d in letters),
-                                 tuple(int(split.get(d, 1)) for d in letters))
+                b = _boxes_array(extents, tuple([int(split.get(d, 1)) for d in letters]))
                 lo_rows[r, :len(b)] = b[:, :, 0]
                 hi_rows[r, :len(b)] = b[:, :, 1]
                 stats_rows[r] = any(split.get(d, 1) > 1 for d in stats)
