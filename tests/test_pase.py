@@ -683,3 +683,18 @@ def test_repeated_vertices_are_costed_once_and_their_rows_named_their_own(k, mon
         _assert_same_tables(build_tables(step, cluster, _NamedCostModel(), vertices, configs),
                             build_tables(step, cluster, _NamedCostModel(), vertices, configs,
                                          vectorised=False))
+
+
+def test_resolved_dims_equal_each_ops_own_and_shared_among_alike_ops(mlp):
+    # resolve() read once per distinct (type, attributes, constants, shapes, FLOPs, bytes):
+    # the same descriptions as resolving every op, equal ops' shared.
+    from fddps.search.pase_vertices import _dims, resolved_dims
+
+    for step in (mlp, _repeated_blocks()):
+        got = resolved_dims(step)
+        assert list(got) == list(step.ops)
+        assert all(got[n] == _dims(op) for n, op in step.ops.items())
+    step = _repeated_blocks()
+    got = resolved_dims(step)
+    convs = [n for n, op in step.ops.items() if op.op_type == "Conv2D"]
+    assert len(convs) == 3 and got[convs[0]] is got[convs[1]] is got[convs[2]]

@@ -52,7 +52,7 @@ from .base import SearchError, SearchResult, StrategySearch, positive, register_
 from .evaluate import StrategyEvaluator
 from .factor_tables import broadcast
 from .pase_tables import build_tables, tables_cost
-from .pase_vertices import _dims, anchor, coarsen, vertex_configs, vertex_homes
+from .pase_vertices import anchor, coarsen, resolved_dims, vertex_configs, vertex_homes
 from .space import baseline_strategies, writable_strategy
 
 ORDERS = ("best", "paper", "dfs")
@@ -179,6 +179,14 @@ def eliminate(unary, pairwise, max_table=10**7, names=None, order=None, check_on
     return constant, choice
 
 
+def _arg_min(total):
+    """``(argmin, min)`` of ``total`` along its last axis, the minimum read at the argmin
+    (a gather instead of np.min's second pass over the table: the same values, as a sum
+    started from zeros is never -0.0, the one value that ties with another, 0.0)."""
+    arg = np.argmin(total, axis=-1)
+    return arg, np.take_along_axis(total, np.expand_dims(arg, -1), axis=-1)[..., 0]
+
+
 def _run(unary, pairwise, sizes, order, base=None, changed=None):
     """The elimination itself: ``(constant, choice, steps)``.
 
@@ -215,8 +223,7 @@ def _run(unary, pairwise, sizes, order, base=None, changed=None):
             for s, table, _ in mine:
                 # (in place: the same sums, without a new table per factor)
                 np.add(total, broadcast(table, s, axes, sizes), out=total)
-            arg = np.argmin(total, axis=-1)
-            reduced = np.min(total, axis=-1)
+            arg, reduced = _arg_min(total)
         steps.append((scope, arg, reduced, dirty, fids))
         trace.append((x, scope, arg))
         if scope:
@@ -297,11 +304,10 @@ def runner_up(unary, pairwise, sizes, order, steps, v, banned, tree=None, base_c
             else:
                 s, table = factor(f)
             np.add(total, broadcast(table, s, axes, sizes), out=total)
-        new_arg[t] = np.argmin(total, axis=-1)
+        new_arg[t], reduced = _arg_min(total)
         if not scope:
             break
         f = produced[t]
-        reduced = np.min(total, axis=-1)
         if np.array_equal(reduced, steps[t][2]):
             break  # what it passes on is unchanged: so is every later step
         new_scope[f] = tuple(scope)
@@ -410,7 +416,7 @@ class PaseSearch(StrategySearch):
         t0 = time.perf_counter() if t0 is None else t0
         devices = list(cluster.names)
         vertices = coarsen(step)
-        dims_of = {n: _dims(op) for n, op in step.ops.items()}
+        dims_of = resolved_dims(step)
         homes = vertex_homes(step, devices)
         configs = []
         shared = {}  # vertex_configs' memo: equal configurations made once
