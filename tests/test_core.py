@@ -456,14 +456,14 @@ def test_the_uniform_link_list_pass_decides_as_the_general_one(devices, memory_s
     filtered (or the pass fails the same way: 4 devices at 0.251 of the bytes, seed 2)."""
     from fddps.algorithms import list_pass_jit
     from fddps.algorithms.base import (PlacementState, _list_schedule_any,
-                                       _list_schedule_compiled, _list_schedule_uniform)
+                                       _list_schedule_uniform, run_compiled)
     from fddps.errors import InfeasibleError
     from fddps.generators import training_graph
 
     loops = [_list_schedule_uniform, lambda st, p, ins: _list_schedule_any(st, p, ins, False)]
     if list_pass_jit.AVAILABLE:
         list_pass_jit.warm_up()  # loaded: graphs of any size get compiled tables
-        loops.append(_list_schedule_compiled)
+        loops.append(lambda st, p, ins: run_compiled(st, list_pass_jit.list_pass, p, ins))
     for seed in range(3):
         g = training_graph(300, seed=seed)
         memory = None

@@ -805,8 +805,8 @@ def list_schedule(state: PlacementState, priority, insertion: bool = True,
         raise ValueError(f"minimize must be 'finish' or 'start', got {minimize!r}")
     by_start = minimize == "start"
     if not by_start and state.uniform_links:
-        if state.compiled_tables is not None and not any(tl.count for tl in state.timelines):
-            return _list_schedule_compiled(state, priority, insertion)
+        if run_compiled(state, list_pass_jit.list_pass, priority, insertion) is not None:
+            return state
         return _list_schedule_uniform(state, priority, insertion)
     return _list_schedule_any(state, priority, insertion, by_start)
 
@@ -852,38 +852,28 @@ def _list_schedule_any(state, priority, insertion, by_start):
     return state
 
 
-def _list_schedule_compiled(state, priority, insertion):
-    """:func:`_list_schedule_uniform`'s decisions, compiled (:mod:`.list_pass_jit`), for an
-    empty ``state``: filled in from the arrays the compiled pass returns."""
-    group_device, mem_used = compiled_memory(state)
-    result = list_pass_jit.list_pass(compiled_arrays(state), priority, insertion, group_device,
-                                     mem_used, state.reserved)
-    return fill_from_compiled(state, result, group_device, mem_used)
+def run_compiled(state, compiled_pass, *args):
+    """Fill the empty ``state`` by ``compiled_pass`` (:func:`list_pass_jit.list_pass` or
+    :func:`~list_pass_jit.fddps_list_pass`, given ``args`` after its arrays); what the
+    pass returned, or None where ``state`` has no compiled tables or ops placed already.
 
-
-def compiled_arrays(state):
-    """The arrays a compiled pass (:mod:`.list_pass_jit`) reads: ``state.compiled_tables``
-    and its graph's."""
+    Raises
+    ------
+    InfeasibleError
+        As :meth:`PlacementState.candidates` does, where the pass found no room for an op.
+    """
+    if state.compiled_tables is None or any(tl.count for tl in state.timelines):
+        return None
     g = state.graph
-    return dict(state.compiled_tables, pred_ptr=g.pred_ptr, pred_idx=g.pred_idx,
-                pred_bytes=np.ascontiguousarray(g.bytes[g.pred_eid], dtype=np.float64),
-                succ_ptr=g.succ_ptr, succ_idx=g.succ_idx)
-
-
-def compiled_memory(state):
-    """What a compiled pass adds to: the groups' devices and the bytes in use, as arrays."""
-    return (np.asarray(state.group_device, dtype=np.int64),
-            np.asarray(state.mem_used, dtype=np.float64))
-
-
-def fill_from_compiled(state, result, group_device, mem_used):
-    """Fill the empty ``state`` from a compiled pass's ``result`` and the arrays it added
-    to; raise as :meth:`PlacementState.candidates` does where the pass found no room
-    for an op."""
-    failed, reserved, device, start, finish, timelines = result[:6]
+    arrays = dict(state.compiled_tables, pred_ptr=g.pred_ptr, pred_idx=g.pred_idx,
+                  pred_bytes=np.ascontiguousarray(g.bytes[g.pred_eid], dtype=np.float64),
+                  succ_ptr=g.succ_ptr, succ_idx=g.succ_idx)
+    group_device = np.asarray(state.group_device, dtype=np.int64)
+    mem_used = np.asarray(state.mem_used, dtype=np.float64)
+    result = compiled_pass(arrays, *args, group_device, mem_used, state.reserved)
+    failed, reserved, device, start, finish, (starts, finishes, ops, counts) = result[:6]
     state.device, state.start, state.finish = device.tolist(), start.tolist(), finish.tolist()
     state.mem_used, state.group_device = mem_used.tolist(), group_device.tolist()
-    starts, finishes, ops, counts = timelines
     state.timelines = [DeviceTimeline.from_sorted(starts[k, :c], finishes[k, :c], ops[k, :c])
                        for k, c in enumerate(counts.tolist())]
     state.reserved = reserved
@@ -891,7 +881,7 @@ def fill_from_compiled(state, result, group_device, mem_used):
         state.candidates(failed)  # raises InfeasibleError naming the op, as the Python loop does
         raise RuntimeError(f"the compiled list pass found no room for op {failed} where "
                            f"PlacementState.candidates finds some")
-    return state
+    return result
 
 
 def _list_schedule_uniform(state, priority, insertion):

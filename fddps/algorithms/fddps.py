@@ -82,8 +82,7 @@ from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
 from ..paths import bottom_levels
 from . import list_pass_jit
-from .base import (PlacementState, Scheduler, compiled_arrays, compiled_memory, fill_from_compiled,
-                   register)
+from .base import PlacementState, Scheduler, register, run_compiled
 from .justify import DEFAULT_MIN_GAIN, check_min_gain, forward_backward_improve
 from .local_search import move_search
 from .single import best_single_device
@@ -335,13 +334,10 @@ class FDDPS(Scheduler):
         rank = np.empty(n, dtype=np.int64)
         rank[g.topo] = np.arange(n)
 
-        if state.compiled_tables is not None and not any(tl.count for tl in state.timelines):
-            group_device, mem_used = compiled_memory(state)
-            result = list_pass_jit.fddps_list_pass(
-                compiled_arrays(state), blevel_arr, tail, rank, comm_est[g.succ_eid],
-                self.lookahead, self.prefer_parent, self.insertion, group_device, mem_used,
-                state.reserved)
-            fill_from_compiled(state, result, group_device, mem_used)
+        result = run_compiled(state, list_pass_jit.fddps_list_pass, blevel_arr, tail, rank,
+                              comm_est[g.succ_eid], self.lookahead, self.prefer_parent,
+                              self.insertion)
+        if result is not None:
             return {"critical_picks": result[-1],
                     "dcpl_estimate": float(blevel_arr.max(initial=0.0))}
         blevel, tail, rank = blevel_arr.tolist(), tail.tolist(), rank.tolist()

@@ -501,26 +501,27 @@ def _fddps_pass(blevel, tail, rank, succ_comm, lookahead, prefer_parent, pred_pt
     return -1, reserved, critical_picks
 
 
-def _outputs(n, m):
-    """The arrays a pass fills: device, start, finish and the per-device timelines."""
-    return (np.full(n, -1, np.int64), np.zeros(n, np.float64), np.zeros(n, np.float64),
-            np.empty((m, n), np.float64), np.empty((m, n), np.float64),
-            np.empty((m, n), np.int64), np.zeros(m, np.int64), np.zeros(m, np.float64))
-
-
-def _tables(a):
-    """The fixed arguments both passes take after their own, in their order."""
-    return (a["pred_ptr"], a["pred_idx"], a["pred_bytes"], a["succ_ptr"], a["succ_idx"],
-            a["durations"], a["allowed"], a["lat"], a["inv"])
-
-
-def _memory(a):
-    return a["group"], a["group_need"], a["need"], a["capacity"], a["roomy"], a["slack"]
+def _run(kernel, own, arrays, insertion, group_device, mem_used, reserved):
+    """Run the kernel named ``kernel`` (looked up once :func:`_load` has compiled it) with
+    its own leading arguments ``own`` and the arguments both kernels share; the arrays
+    it fills and what it returns, as :func:`list_pass` describes."""
+    _load()
+    a = arrays
+    n, m = a["durations"].shape
+    device, start, finish = np.full(n, -1, np.int64), np.zeros(n), np.zeros(n)
+    timelines = (np.empty((m, n)), np.empty((m, n)), np.empty((m, n), np.int64),
+                 np.zeros(m, np.int64))
+    got = globals()[kernel](
+        *own, a["pred_ptr"], a["pred_idx"], a["pred_bytes"], a["succ_ptr"], a["succ_idx"],
+        a["durations"], a["allowed"], a["lat"], a["inv"], bool(insertion), a["group"],
+        group_device, a["group_need"], a["need"], a["capacity"], a["roomy"], a["slack"],
+        float(reserved), mem_used, device, start, finish, *timelines, np.zeros(m))
+    return (got[0], got[1], device, start, finish, timelines, *got[2:])
 
 
 def list_pass(arrays, priority, insertion, group_device, mem_used, reserved):
     """Run the list pass over ``arrays`` (``PlacementState.compiled_tables`` and the
-    graph's CSR arrays, as ``base._list_schedule_compiled`` gathers them).
+    graph's CSR arrays, as ``base.run_compiled`` gathers them).
 
     Parameters
     ----------
@@ -544,15 +545,8 @@ def list_pass(arrays, priority, insertion, group_device, mem_used, reserved):
         ``timelines`` is ``(starts, finishes, ops, counts)``, one row per
         device, the first ``counts[k]`` entries in use.
     """
-    _load()
-    n, m = arrays["durations"].shape
-    out = _outputs(n, m)
-    group, group_need, need, capacity, roomy, slack = _memory(arrays)
-    failed, reserved = _list_pass(
-        np.ascontiguousarray(priority, dtype=np.float64), *_tables(arrays), bool(insertion),
-        group, group_device, group_need, need, capacity, roomy, slack, float(reserved),
-        mem_used, *out)
-    return failed, reserved, out[0], out[1], out[2], out[3:7]
+    return _run("_list_pass", (np.ascontiguousarray(priority, dtype=np.float64),), arrays,
+                insertion, group_device, mem_used, reserved)
 
 
 def fddps_list_pass(arrays, blevel, tail, rank, succ_comm, lookahead, prefer_parent,
@@ -563,14 +557,7 @@ def fddps_list_pass(arrays, blevel, tail, rank, succ_comm, lookahead, prefer_par
     position) per op and ``succ_comm`` per successor entry are the Python pass's.
     Returns :func:`list_pass`'s tuple with the count of critical picks added.
     """
-    _load()
-    n, m = arrays["durations"].shape
-    out = _outputs(n, m)
-    group, group_need, need, capacity, roomy, slack = _memory(arrays)
-    failed, reserved, picks = _fddps_pass(
-        np.ascontiguousarray(blevel, dtype=np.float64), np.ascontiguousarray(tail, np.float64),
-        np.ascontiguousarray(rank, np.int64), np.ascontiguousarray(succ_comm, np.float64),
-        bool(lookahead), bool(prefer_parent), *_tables(arrays), bool(insertion), group,
-        group_device, group_need, need, capacity, roomy, slack, float(reserved), mem_used,
-        *out)
-    return failed, reserved, out[0], out[1], out[2], out[3:7], picks
+    own = (np.ascontiguousarray(blevel, dtype=np.float64), np.ascontiguousarray(tail, np.float64),
+           np.ascontiguousarray(rank, np.int64), np.ascontiguousarray(succ_comm, np.float64),
+           bool(lookahead), bool(prefer_parent))
+    return _run("_fddps_pass", own, arrays, insertion, group_device, mem_used, reserved)
