@@ -44,7 +44,6 @@ from pathlib import Path
 import pandas as pd
 
 from fddps.algorithms import list_pass_jit
-from fddps.algorithms.list_pass_jit import MIN_OPS_TO_LOAD
 
 from experiments.common import (MODELS, build_model, device_names, ensure_parent, matplotlib_agg,
                                 quickstart_cnn, tf_quiet, write_results_page)
@@ -171,7 +170,7 @@ def write_page(out, df: pd.DataFrame, command: str, seconds: float,
                 if warm_up_s is None else
                 f"The compiled list pass (numba) was loaded before the rounds, in {warm_up_s:.2f} s: "
                 "what a process pays once, at its first `place()` of a graph of at least "
-                f"{MIN_OPS_TO_LOAD:,} ops (smaller graphs run the passes in Python until then).")
+                f"{list_pass_jit.MIN_OPS_TO_LOAD:,} ops (smaller graphs run the passes in Python until then).")
     return write_results_page(
         out, "`place()`'s seconds by stage",
         "`import_s`: TensorFlow's `import_graph_def` of the same GraphDef into a fresh graph "
