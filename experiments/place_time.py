@@ -23,10 +23,14 @@ Each timed import and each timed ``place()`` starts after a full ``gc.collect()`
 other's garbage (the imported graph's ops form cycles; ``place()`` holds the
 collector off while it runs, leaving its collection to whatever runs next).
 
+Rounds: at least ``--rounds`` per case, and for a network more (at most 15)
+while its rounds have taken under ``--min-seconds`` in all: a graph that
+imports in a tenth of a second gets the median of a dozen rounds, not of three.
+
 Run::
 
-    python -m experiments.place_time                     # six networks + quick start, 3 rounds
-    python -m experiments.place_time --models vgg16 --rounds 1 --no-quickstart   # smoke
+    python -m experiments.place_time                     # six networks + quick start
+    python -m experiments.place_time --models vgg16 --rounds 1 --min-seconds 0 --no-quickstart   # smoke
 
 Writes ``experiments/results/place_time.csv``, ``place_time.png`` (stacked
 stages against the import) and the page ``place_time.md``.
@@ -50,6 +54,7 @@ from experiments.common import (MODELS, build_model, device_names, ensure_parent
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STAGES = ("trace_s", "read_s", "decide_s", "write_s")
+MAX_ROUNDS = 15
 
 
 def import_seconds(graph_def) -> float:
@@ -78,8 +83,16 @@ def _row(case, nodes, imports, places, infos, totals=None) -> dict:
     return row
 
 
-def network_row(name, rounds, batch=8, devices=4, progress=print) -> dict:
-    """One network: ``rounds`` interleaved rounds of import and ``place()``."""
+def _more_rounds(done, rounds, spent, min_seconds, max_rounds=MAX_ROUNDS) -> bool:
+    """Whether a case runs another round: at least ``rounds``, then more while its rounds
+    have taken under ``min_seconds`` in all (at most ``max_rounds``), so that a case
+    whose round takes a fraction of a second gets a median of many rounds, not of
+    three (VGG-16's import took 0.06-0.15 s within one run)."""
+    return done < rounds or (spent < min_seconds and done < max_rounds)
+
+
+def network_row(name, rounds, batch=8, devices=4, progress=print, min_seconds=0.0) -> dict:
+    """One network: interleaved rounds of import and ``place()`` (see :func:`_more_rounds`)."""
     import fddps
     from costmodel import default_cost_model
 
@@ -87,7 +100,8 @@ def network_row(name, rounds, batch=8, devices=4, progress=print) -> dict:
     model = build_model(name, batch)
     fetches = [model.train_op.name, model.loss.name]
     imports, places, infos = [], [], []
-    for r in range(rounds):
+    while _more_rounds(len(places), rounds, sum(imports) + sum(places), min_seconds):
+        r = len(places)
         imports.append(import_seconds(model.graph_def))
         gc.collect()  # not timed: the import's garbage is not place()'s
         t = time.perf_counter()
@@ -95,7 +109,7 @@ def network_row(name, rounds, batch=8, devices=4, progress=print) -> dict:
                         fetches=fetches)
         places.append(time.perf_counter() - t)
         infos.append(p.info)
-        progress(f"  {name} round {r + 1}/{rounds}: import {imports[-1]:.2f} s, "
+        progress(f"  {name} round {r + 1}: import {imports[-1]:.2f} s, "
                  f"place {places[-1]:.2f} s")
     return _row(f"{name} b{batch} {devices}xP100", len(model.graph_def.node),
                 imports, places, infos)
@@ -130,7 +144,7 @@ def quickstart_row(rounds, progress=print) -> dict:
 
 
 def plot(df: pd.DataFrame, path) -> Path:
-    """Stacked stages of ``place()`` beside the import, per case (log seconds)."""
+    """Stacked stages of ``place()`` beside the import, per case (seconds)."""
     plt = matplotlib_agg()
     fig, ax = plt.subplots(figsize=(11, 0.55 * len(df) + 1.6))
     y = range(len(df))
@@ -189,7 +203,10 @@ def write_page(out, df: pd.DataFrame, command: str, seconds: float,
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per case, at least")
+    ap.add_argument("--min-seconds", type=float, default=5.0,
+                    help="more rounds (up to %d) while a network's rounds took less in all"
+                         % MAX_ROUNDS)
     ap.add_argument("--no-quickstart", action="store_true")
     ap.add_argument("--out", default=str(RESULTS / "place_time.csv"))
     args = ap.parse_args(argv)
@@ -205,7 +222,7 @@ def main(argv=None):
     if not args.no_quickstart:  # first: local_cpu_devices must run before other TF work
         rows.append(quickstart_row(args.rounds))
     for name in args.models:
-        rows.append(network_row(name, args.rounds))
+        rows.append(network_row(name, args.rounds, min_seconds=args.min_seconds))
     df = pd.DataFrame(rows)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     out = ensure_parent(args.out)
