@@ -723,7 +723,7 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
     if geometry is None:
         geometry = _feed_geometry(pc, inbox, og, lat, inv, uniq // pc.K, uniq % pc.K,
                                   memo=memo)
-        if memo is not None:
+        if memo is not None and _worth_keeping(geometry[1]):
             memo[key] = geometry
     rows, link = _feed_rows(geometry, consumer, sink, reduce_name)
     if link is not None:
@@ -732,9 +732,24 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
         else:  # (the items' transfers too, for feeds met again with the same items)
             got = memo.get((key, back.tobytes()))
             if got is None:
-                got = memo[key, back.tobytes()] = _link_items(link, back, len(uniq))
+                got = _link_items(link, back, len(uniq))
+                if _worth_keeping(got):
+                    memo[key, back.tobytes()] = got
             link = got
     return rows[back], link
+
+
+#: The most transfers (cells) a feed's geometry or items may have to be kept in the memo.
+_KEPT_LINK_CELLS = 1 << 14
+
+
+def _worth_keeping(link):
+    """Whether a feed's ``link`` (None or :func:`_feed_geometry`'s) is small enough to keep
+    in the build's memo. The memo holds what it keeps until the build ends, and a long
+    transfer list (a big edge's: up to ~10**5 cells of 32 bytes) is fresh memory paged in
+    for nothing when it is not met again, which the long ones were not on the six networks
+    and AlexNet (the short ones are, often: an element-wise op reads like its neighbour)."""
+    return link is None or len(link[0]) <= _KEPT_LINK_CELLS
 
 
 def _link_items(link, back, combos):
