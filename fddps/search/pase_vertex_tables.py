@@ -707,7 +707,8 @@ def _feed(pc, inbox, og, consumer, lat, inv, sink, reduce_name, gid=None, sg=Non
     arrays are equal (the same boxes, devices and groups: the same layer shapes in
     another module, an element-wise op reading like its neighbour) share their
     geometry (intersections, transfers, which row each part pays); only the rows,
-    which carry the reader's names, are added again. The same floats either way."""
+    which carry the reader's names, are added again. The same floats either way. A
+    geometry or item list with a long transfer list is not kept (:func:`_worth_keeping`)."""
     gid = og.gid if gid is None else gid  # the reader's group per item (configuration, pair)
     sg = pc.gid if sg is None else sg  # the producer's
     # Each pair of reader and producer configurations is costed once (np.unique's sorted
