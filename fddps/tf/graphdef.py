@@ -618,7 +618,10 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
     gd, graph = copy_graph_def(graph_like)
     nodes = list(gd.node)
     n = len(nodes)
-    position = {node.name: i for i, node in enumerate(nodes)}
+    # Each NodeDef field read once: a protobuf read builds a new Python object every time.
+    names = [node.name for node in nodes]
+    op_types = [node.op for node in nodes]
+    position = {name: i for i, name in enumerate(names)}
     functions = {f.signature.name for f in gd.library.function}
     kernel_index = _kernel_index()
 
@@ -629,7 +632,7 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
             name, p = _parse_input(s)
             i = position.get(name)
             if i is None:
-                raise GraphError(f"node {node.name!r} has input {s!r}, which is not in the graph")
+                raise GraphError(f"node {names[j]!r} has input {s!r}, which is not in the graph")
             src.append(i)
             dst.append(j)
             port.append(p)
@@ -663,9 +666,11 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
     # One dict of the imported ops (get_operation_by_name locks and checks per call).
     by_name = {op.name: op for op in graph.get_operations()}
     ops = [by_name[node.name] if analysed[i] else None for i, node in enumerate(nodes)]
+    tensor_bytes = {}  # (dtype, dims) -> _tensor_bytes: a graph has few distinct tensors
     with _no_deprecation_warnings():  # once for the loop: a context per node costs more
         for i, (node, op) in enumerate(zip(nodes, ops)):
-            if node.op in VARIABLE_OPS:
+            op_type = op_types[i]
+            if op_type in VARIABLE_OPS:
                 param_bytes[i], param_known[i] = _attr_shape_bytes(node, unknown_dim)
             if op is None:  # outside the step: registry dtypes, nothing inferred
                 dts = tuple(registry[i][0])
@@ -678,7 +683,11 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
             for t in op.outputs:
                 dims = _dims(t)
                 dtype = t.dtype
-                b, k = _tensor_bytes(dtype, dims, unknown_dim)
+                key = (dtype, dims)
+                known = tensor_bytes.get(key)
+                if known is None:
+                    known = tensor_bytes[key] = _tensor_bytes(dtype, dims, unknown_dim)
+                b, k = known
                 sizes.append(b)
                 exact.append(k)
                 dts.append(dtype.name)
@@ -688,7 +697,7 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
             out_dtypes.append(tuple(dts))
             out_shapes.append(tuple(shps))
             value = None
-            counter = flops_function(node.op)
+            counter = flops_function(op_type)
             if counter is not None:
                 try:
                     value = counter(graph, node).value
@@ -698,24 +707,31 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
                 flops[i], flops_known[i] = float(value), True
             kernel_types[i] = kernel_index.device_types(node, functions)
             kernel_shapes[i] = (kernel_shape(node, [_dims(t) for t in op.inputs], shps[0], dts[0])
-                                if shps and node.op in shaped_ops else None)
+                                if shps and op_type in shaped_ops else None)
 
     # Edge bytes and the colocation of reference and resource edges.
     nbytes, back = [], []
     in_known = analysed.copy()
     input_bytes = np.zeros(n)
     uf = _UnionFind(n)
-    e = 0
-    for j, node in enumerate(nodes):
+    next_iteration = [op_type in NEXT_ITERATION_OPS for op_type in op_types]
+    # Edges come grouped by reader (the structure loop's order): ``e`` walks them.
+    e, n_edges = 0, len(src)
+    while e < n_edges:
+        j = dst[e]
+        op_type = op_types[j]
+        shape_only = op_type in SHAPE_ONLY_OPS
+        colocates = op_type not in COLOCATION_EXEMPT_OPS and not op_type.endswith("Dataset")
+        merge = op_type in MERGE_OPS
         data_k = 0
-        for _ in range(len(node.input)):
+        while e < n_edges and dst[e] == j:
             i, p = src[e], port[e]
             e += 1
             if p < 0:
                 nbytes.append(0.0)
             else:
                 b = out_bytes[i][p] if p < len(out_bytes[i]) else 0.0
-                if node.op in SHAPE_ONLY_OPS and p < len(out_known[i]) and out_known[i][p]:
+                if shape_only and p < len(out_known[i]) and out_known[i][p]:
                     # Grappler folds a Shape of a static shape to a constant: the
                     # tensor never travels to it (as in the strategy expansion).
                     b = 0.0
@@ -724,13 +740,11 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
                 in_known[j] &= out_known[i][p] if p < len(out_known[i]) else False
                 # A declared ref or resource input takes only a ref or resource tensor
                 # (import_graph_def checks), so only then read the declared type.
-                if (p < len(out_dtypes[i]) and _ref_or_resource(out_dtypes[i][p])
-                        and node.op not in COLOCATION_EXEMPT_OPS
-                        and not node.op.endswith("Dataset")
+                if (colocates and p < len(out_dtypes[i]) and _ref_or_resource(out_dtypes[i][p])
                         and _declared_ref_or_resource(ops[j], registry.get(j), data_k)):
                     uf.union(i, j)
                 data_k += 1
-            back.append(nodes[i].op in NEXT_ITERATION_OPS and node.op in MERGE_OPS)
+            back.append(merge and next_iteration[i])
     edges = pd.DataFrame({"src": np.asarray(src, dtype=np.int64),
                           "dst": np.asarray(dst, dtype=np.int64),
                           "port": np.asarray(port, dtype=np.int64),
@@ -755,19 +769,19 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
     size = np.bincount(roots, minlength=n)
     # A group is named after its first variable op (its first node if it has none).
     label = {}
-    for i, node in enumerate(nodes):
-        if node.op in VARIABLE_OPS:
-            label.setdefault(roots[i], node.name)
-    group = [label.get(r, nodes[r].name) if size[r] > 1 else None for r in roots]
+    for i, op_type in enumerate(op_types):
+        if op_type in VARIABLE_OPS:
+            label.setdefault(roots[i], names[i])
+    group = [label.get(r, names[r]) if size[r] > 1 else None for r in roots]
 
     shapes_known = np.array([all(out_known[i]) for i in range(n)], dtype=bool) & in_known & param_known
     output_bytes = np.array([float(sum(b)) for b in out_bytes], dtype=np.float64)
-    for j, node in enumerate(nodes):
-        if node.op == "Slice" and ops[j] is not None and _first_axis_view(ops[j]):
+    for j, op_type in enumerate(op_types):
+        if op_type == "Slice" and ops[j] is not None and _first_axis_view(ops[j]):
             input_bytes[j] = output_bytes[j] = 0.0  # a view: copies and allocates nothing
     table = pd.DataFrame({
-        "name": [node.name for node in nodes],
-        "op_type": [node.op for node in nodes],
+        "name": names,
+        "op_type": op_types,
         "flops": flops,
         "flops_known": flops_known,
         "input_bytes": input_bytes,
