@@ -11,8 +11,9 @@ graph, then ``place()`` of it):
 - ``place_s``: ``place()``'s wall time, median of the rounds, split into the
   stages ``place()`` reports in ``Placement.info``: ``read_s`` (load and analyse
   the graph once), ``decide_s`` (the scheduler), ``write_s`` (write the placed
-  graph and predict its step); for the Keras step ``trace_s`` (tracing the
-  training step into a graph) is the rest of the call;
+  graph and predict its step); ``trace_s`` is the rest of the call: for the
+  Keras step, tracing the training step into a graph; for a GraphDef, what
+  ``place()`` does outside the three stages;
 - ``ratio``: ``place_s / import_s`` (issue 27 asks for at most 2).
 
 Ratios inside one run cancel most of the machine's drift; a loaded machine
@@ -55,6 +56,8 @@ from experiments.common import (MODELS, build_model, device_names, ensure_parent
 RESULTS = Path(__file__).resolve().parent / "results"
 STAGES = ("trace_s", "read_s", "decide_s", "write_s")
 MAX_ROUNDS = 15
+# trace_s is the call's time outside the three stages: tracing, for a Keras model.
+STAGE_LABELS = {"trace_s": "place(): trace (Keras), else outside the stages"}
 
 
 def import_seconds(graph_def) -> float:
@@ -156,7 +159,7 @@ def plot(df: pd.DataFrame, path) -> Path:
         if not any(widths):
             continue
         ax.barh([v + 0.2 for v in y], widths, left=left, height=0.38, color=colors[stage],
-                label=f"place(): {stage[:-2]}")
+                label=STAGE_LABELS.get(stage, f"place(): {stage[:-2]}"))
         left = [a + b for a, b in zip(left, widths)]
     ax.barh([v - 0.2 for v in y], df["import_s"], height=0.38, color="#222222",
             label="TensorFlow import_graph_def")
@@ -191,8 +194,9 @@ def write_page(out, df: pd.DataFrame, command: str, seconds: float,
         "(the Keras step: of its traced step); `place_s`: `fddps.place()` with the default "
         "algorithm; both medians of interleaved rounds. The stages are those `place()` reports "
         "(`Placement.info`): `read` (load and analyse once), `decide` (the scheduler), "
-        "`write` (write the placed graph, predict its step); `trace` (Keras only) is tracing "
-        "the training step. `ratio` = place_s / import_s. Timings comparable only as ratios "
+        "`write` (write the placed graph, predict its step); `trace` is the rest of the call: "
+        "tracing the training step for the Keras model, for a GraphDef what `place()` does "
+        "outside its three stages. `ratio` = place_s / import_s. Timings comparable only as ratios "
         f"inside one run. Within 2x TensorFlow's import: {within} of {len(df)} cases. "
         + compiled,
         df[["case", "nodes", "rounds", "import_s", "place_s", "ratio", *STAGES]],
