@@ -193,7 +193,7 @@ def test_real_cluster_smoke(tmp_path, capsys):
     pytest.importorskip("tensorflow")
     from experiments import real_cluster
 
-    df = real_cluster.main(["--models", "resnet50", "--quick", "--algorithms", "fddps:improve=False",
+    df = real_cluster.main(["--models", "vgg16", "--quick", "--algorithms", "fddps:improve=False",
                             "--strategies", "data_parallel", "head_data_parallel", "--trace",
                             "--save-schedules", str(tmp_path / "rc.pkl.gz"),
                             "--no-progress", "--out", str(tmp_path / "rc.csv")])
@@ -230,7 +230,7 @@ def test_real_cluster_smoke(tmp_path, capsys):
     joined = real_cluster.main(["--from-csv", str(tmp_path / "rc.csv"),
                                 "--out", str(tmp_path / "joined.csv")])
     assert list(joined.algorithm) == list(df.algorithm)
-    assert "joining the runs of `python -m experiments.real_cluster --models resnet50" in \
+    assert "joining the runs of `python -m experiments.real_cluster --models vgg16" in \
         (tmp_path / "joined.md").read_text()
     assert df.placed_with_transfer_cpu.all()  # the default; --half-transfer-cpu: T / 2 per end
     # --trace: each worker's ops, measured in a traced step beside the cost model's.
@@ -288,7 +288,7 @@ def test_real_cluster_can_place_with_the_concurrent_transfer_cost(tmp_path):
     pytest.importorskip("tensorflow")
     from experiments import real_cluster
 
-    df = real_cluster.main(["--models", "resnet50", "--quick", "--algorithms", "heft",
+    df = real_cluster.main(["--models", "vgg16", "--quick", "--algorithms", "heft",
                             "--half-transfer-cpu", "--verify", "--verify-budget", "1",
                             "--no-progress", "--out", str(tmp_path / "rc.csv")])
     assert not df.placed_with_transfer_cpu.any() and (df.status == "ok").all()
@@ -299,25 +299,26 @@ def test_real_cluster_can_place_with_the_concurrent_transfer_cost(tmp_path):
     # returned (one worker alone has nothing to choose between).
     single, heft = df.iloc[0], df.iloc[1]
     assert single.verified == "not verified: one distinct finalist: nothing to choose between"
-    assert heft.verified in {"heft", "one device", "heft, order enforced"}
+    assert heft.verified in {"heft", "one device", "heft, order enforced",
+                             "heft, TensorFlow's order"}  # the order guard's two sides
     assert heft.verify_finalists >= 2 and heft.verify_measured > 0 and heft.verify_seconds > 0
     assert "verified" in (tmp_path / "rc.md").read_text()
 
 
 def test_costmodel_accuracy_smoke(tmp_path, capsys):
-    """All three parts on ResNet-50 at batch 2 -> 4, one step each (about 50 s)."""
+    """All three parts on VGG-16 at batch 2 -> 4, one step each."""
     pytest.importorskip("tensorflow")
     import json
 
     from experiments import costmodel_accuracy
 
     out = tmp_path / "acc.json"
-    res = costmodel_accuracy.main(["--models", "resnet50", "--b1", "2", "--b2", "4", "--steps", "1",
+    res = costmodel_accuracy.main(["--models", "vgg16", "--b1", "2", "--b2", "4", "--steps", "1",
                                    "--rounds", "1", "--repeats", "1", "--cluster-steps", "1",
                                    "--algorithms", "fddps:improve=False", "--out", str(out)])
     text = capsys.readouterr().out
     a = res["single_device"][0]
-    assert a["timed"] > 1000 and 0 < a["coverage"] <= 1
+    assert a["timed"] > 200 and 0 < a["coverage"] <= 1  # VGG-16's step: 602 ops
     for key in ("heldout_median_rel", "cross_median_rel", "step_rel_b2"):
         assert np.isfinite(a[key]) and a[key] >= 0
     assert len(res["links"]) == 2 and all(link["bandwidth"] > 0 for link in res["links"])
