@@ -10,7 +10,7 @@ graph, then ``place()`` of it):
   Keras step: of the traced step's GraphDef), median of the rounds;
 - ``place_s``: ``place()``'s wall time, median of the rounds, split into the
   stages ``place()`` reports in ``Placement.info``: ``read_s`` (load and analyse
-  the graph once), ``decide_s`` (the scheduler), ``write_s`` (write the placed
+  the graph once, cost its ops), ``decide_s`` (the scheduler), ``write_s`` (write the placed
   graph and predict its step); ``trace_s`` is the rest of the call: for the
   Keras step, tracing the training step into a graph; for a GraphDef, what
   ``place()`` does outside the three stages;
@@ -193,7 +193,7 @@ def write_page(out, df: pd.DataFrame, command: str, seconds: float,
         "`import_s`: TensorFlow's `import_graph_def` of the same GraphDef into a fresh graph "
         "(the Keras step: of its traced step); `place_s`: `fddps.place()` with the default "
         "algorithm; both medians of interleaved rounds. The stages are those `place()` reports "
-        "(`Placement.info`): `read` (load and analyse once), `decide` (the scheduler), "
+        "(`Placement.info`): `read` (load and analyse once, cost the ops), `decide` (the scheduler), "
         "`write` (write the placed graph, predict its step); `trace` is the rest of the call: "
         "tracing the training step for the Keras model, for a GraphDef what `place()` does "
         "outside its three stages. `ratio` = place_s / import_s. Timings comparable only as ratios "

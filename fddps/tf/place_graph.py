@@ -9,7 +9,8 @@ and hands that analysis to the one stage that decides and writes:
   :func:`fddps.tf.search_place.place_searched`;
 - a scheduler (``"fddps"`` and the baselines): :func:`fddps.tf.schedule_place.place_scheduled`.
 
-``info`` gains ``read_seconds`` (analysing the graph), ``decide_seconds``
+``info`` gains ``read_seconds`` (analysing the graph; for a scheduler, also
+costing its ops into the op graph), ``decide_seconds``
 (scheduling or searching), ``write_seconds`` (the rest: writing the placed
 graph and predicting its step) and ``place_seconds`` (all of it).
 
@@ -140,6 +141,7 @@ def _place_graph(graph_def, devices, cost_model=None, algorithm="fddps", memory=
     info.update(cpu_preset_facts(cost_model, placement.cluster))
     total = time.perf_counter() - t0
     decide = float(info.get("decide_seconds", info.get("search_seconds", 0.0)))
+    read_seconds += float(info.get("cost_seconds", 0.0))  # the op graph is what reading gives
     info.update(read_seconds=read_seconds, decide_seconds=decide,
                 write_seconds=max(total - read_seconds - decide, 0.0), place_seconds=total)
     if count:

@@ -112,8 +112,9 @@ def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, ov
 
     Parameters are :func:`fddps.tf.place`'s (``analysis`` from
     :func:`fddps.tf.graphdef.analyse`, ``scheduler`` an algorithm instance from
-    :func:`fddps.get_algorithm`). ``info`` gains ``decide_seconds`` (the
-    schedule and the order guard).
+    :func:`fddps.get_algorithm`). ``info`` gains ``cost_seconds`` (building the
+    op graph: the cluster, every op's cost, the split candidates) and
+    ``decide_seconds`` (the schedule and the order guard).
 
     ``finalists``: when > 0, the placement's ``finalists`` holds up to that
     many distinct placements to time (``place(..., verify=...)``), best
@@ -172,7 +173,8 @@ def place_scheduled(analysis, devices, scheduler, cost_model, memory=None, *, ov
         else:
             executor = simulated_makespan(split_graph, cluster, schedule.device,
                                           policy=executor_policy(cluster))
-        info.update(order_edges_added=order_edges, decide_seconds=t_decided - t_read,
+        info.update(order_edges_added=order_edges, cost_seconds=t_read - t0,
+                    decide_seconds=t_decided - t_read,
                     executor_makespan=executor, **guard,
                     place_seconds=time.perf_counter() - t0, algorithm=algorithm,
                     cost_model=repr(cost_model), splits=len(decisions),
