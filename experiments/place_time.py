@@ -164,7 +164,7 @@ def plot(df: pd.DataFrame, path) -> Path:
     ax.barh([v - 0.2 for v in y], df["import_s"], height=0.38, color="#222222",
             label="TensorFlow import_graph_def")
     for v, (total, ratio) in enumerate(zip(df["place_s"], df["ratio"])):
-        ax.text(total, v + 0.2, f"  {ratio:.1f}x", va="center", fontsize=8)
+        ax.text(total, v + 0.2, f"  {ratio:.2f}x", va="center", fontsize=8)
     ax.set_yticks(list(y))
     ax.set_yticklabels(df["case"])
     ax.invert_yaxis()
