@@ -666,7 +666,6 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
     # One dict of the imported ops (get_operation_by_name locks and checks per call).
     by_name = {op.name: op for op in graph.get_operations()}
     ops = [by_name[node.name] if analysed[i] else None for i, node in enumerate(nodes)]
-    tensor_bytes = {}  # (dtype, dims) -> _tensor_bytes: a graph has few distinct tensors
     with _no_deprecation_warnings():  # once for the loop: a context per node costs more
         for i, (node, op) in enumerate(zip(nodes, ops)):
             op_type = op_types[i]
@@ -683,11 +682,7 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
             for t in op.outputs:
                 dims = _dims(t)
                 dtype = t.dtype
-                key = (dtype, dims)
-                known = tensor_bytes.get(key)
-                if known is None:
-                    known = tensor_bytes[key] = _tensor_bytes(dtype, dims, unknown_dim)
-                b, k = known
+                b, k = _tensor_bytes(dtype, dims, unknown_dim)
                 sizes.append(b)
                 exact.append(k)
                 dts.append(dtype.name)
