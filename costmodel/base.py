@@ -240,6 +240,28 @@ class CostModel:
                           ProfileCoverageWarning, stacklevel=2)
         return t
 
+    def times_read_names(self, device_type: str) -> bool:
+        """Whether :meth:`op_times` on ``device_type`` can give two rows that differ only in
+        ``name`` or ``profile_name`` different times: True where the type has a profile
+        (its ops are matched to their measurements by name), False where the preset
+        times every row from its other columns alone.
+
+        Callers costing many rows alike but for their names (the DP's tables) cost
+        each distinct row once where this is False.
+
+        Raises
+        ------
+        CostModelError
+            For an unknown device type.
+
+        Examples
+        --------
+        >>> CostModel({"GPU": "p100"}).times_read_names("GPU")
+        False
+        """
+        self._preset(device_type)
+        return str(device_type).upper() in self.compute
+
     # -- links -------------------------------------------------------------------------
     def link(self, src: str, dst: str) -> tuple[float, float]:
         """``(latency_seconds, bandwidth_bytes_per_second)`` of the link from ``src`` to ``dst``.

@@ -623,6 +623,9 @@ class _NamedCostModel:
     def __getattr__(self, a):
         return getattr(CM, a)
 
+    def times_read_names(self, device_type):
+        return True
+
     def op_times(self, table, device_type):
         import zlib
 

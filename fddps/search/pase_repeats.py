@@ -11,7 +11,10 @@ with profiles may time differently. So the first vertex of each kind is costed
 in full and the rows it added to the build's :class:`~.pase_vertex_tables.RowSink`
 remembered; each later one adds the same rows again under its own ops' names and
 values its configurations as the first does, read at its own rows: the same
-floats as costing it in full, without its per-op work.
+floats as costing it in full, without its per-op work. Where the cost model
+times rows by their other columns alone (no profile:
+:meth:`costmodel.CostModel.times_read_names`), a repeat adds no rows and reads
+the first's.
 
 What the vertex table reads of vertex ``i`` (its key, :func:`vertex_key`): per op,
 in vertex order, everything of :class:`~fddps.strategy.graph.OpInfo` but its
@@ -167,6 +170,8 @@ def _costed_once(ctx, key, ops, compute):
     got = ctx.repeats.get(key)
     if got is not None:
         value, base, chunks, names = got
+        if not sink.named:  # (rows alike but for their names cost the same: the first's)
+            return value
         if isinstance(names, tuple):  # the first's ops: its names split at its first repeat
             owner_of = {n: j for j, n in enumerate(names[1])}
             try:
@@ -193,6 +198,9 @@ def _costed_once(ctx, key, ops, compute):
     value = compute()
     if value is None:
         return None
+    if not sink.named:
+        ctx.repeats[key] = (value, None, None, None)
+        return value
     # (most tables are never met again: their rows' names are split only when one is)
     ctx.repeats[key] = (value, base, sink.chunk_columns(first), ("ops", list(ops)))
     return value
