@@ -423,6 +423,9 @@ class Context:
                     for k in range(min(len(ins), len(op.inputs)))):
                 raise _Undescribed(f"{n}: a tensor's axes not all described")
             P = og.P
+            if not self.sink.named:  # (a consumer's name is only ever a row's name)
+                self._reads[n] = (ins, outs, None)
+                return self._reads[n]
             part_names = np.array([f"{n}/fddps_part_{j}" for j in range(P)], dtype=object)
             consumer = np.where(split[:, None], part_names[None, :], n)
             if og.stats_split.any():
@@ -519,8 +522,10 @@ def _vertex_table(ctx, i):
         shape_only = op.op_type in SHAPE_ONLY_OPS
         ins, outs, consumer = ctx.reads(n)  # the boxes each part reads and writes
         # The parts' own tasks.
-        part_names = np.array([f"{n}/fddps_part_{j}" for j in range(P)], dtype=object)
-        names = np.where(split[:, None], part_names[None, :], n)
+        named = sink.named or og.stats_split.any()  # (the passes' names: made as before)
+        if named:
+            part_names = np.array([f"{n}/fddps_part_{j}" for j in range(P)], dtype=object)
+            names = np.where(split[:, None], part_names[None, :], n)
         sync = SYNC_BATCH_NORM.get(op.op_type)
         stats_split = og.stats_split
         plain = split & ~(stats_split & (sync is not None and sync["part"] is not None))
@@ -544,8 +549,8 @@ def _vertex_table(ctx, i):
             inb = np.where(split[:, None], inb, op.input_bytes)
             outb = np.where(split[:, None], outb, op.output_bytes)
             keep = (plain | ~split)[:, None] & og.valid
-            base = sink.add_block(names[keep], op.op_type, flops[keep], inb[keep], outb[keep],
-                                  param[keep], n,
+            base = sink.add_block(names[keep] if named else None, op.op_type, flops[keep],
+                                  inb[keep], outb[keep], param[keep], n if named else None,
                                   _kernel_shapes(op, dims, og, ins, outs, keep, ctx.kernel_shapes))
             task_ids[keep] = base + np.arange(int(keep.sum()))
         part_rows = [task_ids]
@@ -831,7 +836,9 @@ def _feed_rows(geometry, consumer, sink, reduce_name):
     reader's names: ``(rows, link)``."""
     shape, link, some, inverse, g, pi, kd, sz, flops, in_bytes, op_type = geometry
     rows = np.full(shape, -1, dtype=np.int64)
-    if some is not None:
+    if some is not None and consumer is None:  # (a name-blind sink: no names)
+        rows[some] = sink.add_block(None, op_type, flops, in_bytes, sz, 0.0, None) + inverse
+    elif some is not None:
         cons = consumer[g, pi]
         name = np.full(len(kd), reduce_name, dtype=object)
         for k, suffix in ((0, "/fddps_concat"), (1, "/fddps_slice")):
