@@ -163,19 +163,37 @@ def _part_rows(found, rows_of, max_parts):
     -------
     (pandas.DataFrame, list of (candidate index, extent)) : the rows and what each is.
     """
+    from costmodel.kernel_model import TF_KERNEL_SHAPE_OPS
+
     rows, keys = [], []
+    attrs_of, shape_of = {}, {}  # (an op's rules share its attributes; repeated layers, shapes)
     for c, (name, fields) in enumerate(found):
         whole = rows_of[name]
         sliced = sum(b for _, b in fields["sliced"])
-        attrs = kernel_attrs(fields["kernel"][0])
+        # (only an FP32 convolution or MatMul has a kernel shape: the others' attributes
+        # are not read, and their parts get None, as kernel_shape gives them)
+        node_def, in_shapes, out_shape, dtype = fields["kernel"]
+        shaped = node_def.op in TF_KERNEL_SHAPE_OPS and dtype == "float32"
+        attrs = head = None
+        if shaped:
+            attrs = attrs_of.get(name)
+            if attrs is None:
+                attrs = attrs_of[name] = kernel_attrs(node_def)
+            head = (node_def.op, tuple(in_shapes), out_shape, fields["rule"],
+                    tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                 for k, v in attrs.items())))
         for extent in part_extents(fields["size"], max_parts):
             share = extent / fields["size"]
             out = fields["output_bytes"] * (share if fields["rule"].combine == "concat" else 1.0)
+            shape = None
+            if shaped:
+                shape = shape_of.get((head, extent))
+                if shape is None:
+                    shape = shape_of[head, extent] = _part_kernel_shape(fields, extent, attrs)
             rows.append(dict(whole, name=part_name(name, 0), profile_name=name,
                              flops=whole["flops"] * share,
                              input_bytes=whole["input_bytes"] - sliced * (1 - share),
-                             output_bytes=out,
-                             kernel_shape=_part_kernel_shape(fields, extent, attrs)))
+                             output_bytes=out, kernel_shape=shape))
             keys.append((c, extent))
     return pd.DataFrame(rows), keys
 
