@@ -426,3 +426,20 @@ def test_a_measurement_is_matched_by_name_and_type():
         warnings.simplefilter("ignore", costmodel.ProfileCoverageWarning)
         cm.op_times(gather, "CPU")
     assert set(cm.last_report.counts) <= {"regression", "fallback"}
+
+
+def test_times_read_names_is_true_exactly_where_renaming_a_row_can_change_its_time():
+    # A profile matches ops by name (renamed rows fall back to the fit); a preset times
+    # rows by their other columns. Callers cost rows alike but for names once on its word.
+    ops = op_frame(20, "Conv2D", seed=3)
+    measured = ops.assign(seconds=truth(ops).to_numpy() * np.linspace(0.5, 2.0, len(ops)),
+                          status="timed", device_type="CPU")
+    profiled = fit_cost_model(measured)
+    renamed = ops.assign(name="other_" + ops["name"])
+    assert profiled.times_read_names("CPU") and profiled.times_read_names("cpu")
+    assert not np.array_equal(profiled.op_times(ops, "CPU"), profiled.op_times(renamed, "CPU"))
+    preset = costmodel.default_cost_model("p100")
+    assert not preset.times_read_names("GPU")
+    assert np.array_equal(preset.op_times(ops, "GPU"), preset.op_times(renamed, "GPU"))
+    with pytest.raises(CostModelError, match="TPU"):
+        preset.times_read_names("TPU")

@@ -703,3 +703,39 @@ def test_resolved_dims_equal_each_ops_own_and_shared_among_alike_ops(mlp):
     got = resolved_dims(step)
     convs = [n for n, op in step.ops.items() if op.op_type == "Conv2D"]
     assert len(convs) == 3 and got[convs[0]] is got[convs[1]] is got[convs[2]]
+
+
+def test_a_name_blind_sink_times_each_distinct_row_once_and_a_named_one_every_row():
+    # RowSink.costs: rows that differ only in their names are timed once where the cost
+    # model says its times do not read names (CostModel.times_read_names), and every
+    # row is timed where it says they do; the costs per row are the same either way.
+    from fddps.search.pase_vertex_tables import RowSink
+
+    class Counting:
+        def __init__(self, named):
+            self.named, self.rows = named, []
+
+        def times_read_names(self, device_type):
+            return self.named
+
+        def op_times(self, table, device_type):
+            self.rows.append(len(table))
+            return CM.op_times(table, device_type)
+
+    cluster = CM.cluster(GPUS)
+    got = {}
+    for named in (False, True):
+        cm = Counting(named)
+        sink = RowSink(cluster, cm)
+        # Two rows alike but for their names, one with another kernel shape (None vs a
+        # shape), one with other FLOPs: three distinct rows of four.
+        sink.add_block(np.array(["a", "b", "c", "d"], dtype=object), "Conv2D",
+                       np.array([2e9, 2e9, 2e9, 3e9]), 1e6, 1e6, 0.0,
+                       np.array(["a", "b", "c", "d"], dtype=object),
+                       np.array([None, None, "conv:n8c64h32w32k64r3s3u1p1", None], dtype=object))
+        got[named] = sink.costs()
+        assert cm.rows == [3 if not named else 4]
+        assert got[named][0].tolist() == got[named][1].tolist()
+    np.testing.assert_array_equal(got[False], got[True])
+    assert not RowSink(cluster, CM).named  # the preset reads no names
+    assert RowSink(cluster, object()).named  # a model that does not say reads them
