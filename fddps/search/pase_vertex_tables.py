@@ -408,7 +408,8 @@ class Context:
     def reads(self, n):
         """``(ins, outs, consumer)``: the boxes of the tensors each part of ``n`` reads and
         writes (``(lo, hi)`` of shape ``(K, P, rank)``), and the task each of its feeds is
-        recorded against (the part, or its first statistics task)."""
+        recorded against (the part, or its first statistics task; None where the sink
+        keeps no names)."""
         if n not in self._reads:
             og = self.groups(n)
             op, dims, split = og.op, og.dims, og.split
@@ -422,16 +423,15 @@ class Context:
                     ins[k][0].shape[2] != len(tuple(op.input_shapes[k] or ()))
                     for k in range(min(len(ins), len(op.inputs)))):
                 raise _Undescribed(f"{n}: a tensor's axes not all described")
-            P = og.P
-            if not self.sink.named:  # (a consumer's name is only ever a row's name)
-                self._reads[n] = (ins, outs, None)
-                return self._reads[n]
-            part_names = np.array([f"{n}/fddps_part_{j}" for j in range(P)], dtype=object)
-            consumer = np.where(split[:, None], part_names[None, :], n)
-            if og.stats_split.any():
-                last = "/pass_0" if op.op_type in SYNC_BATCH_NORM else ""
-                first = np.array([f"{t}/stats{last}" for t in part_names], dtype=object)
-                consumer = np.where(og.stats_split[:, None], first[None, :], consumer)
+            consumer = None  # (a consumer's name is only ever a row's name)
+            if self.sink.named:
+                part_names = np.array([f"{n}/fddps_part_{j}" for j in range(og.P)],
+                                      dtype=object)
+                consumer = np.where(split[:, None], part_names[None, :], n)
+                if og.stats_split.any():
+                    last = "/pass_0" if op.op_type in SYNC_BATCH_NORM else ""
+                    first = np.array([f"{t}/stats{last}" for t in part_names], dtype=object)
+                    consumer = np.where(og.stats_split[:, None], first[None, :], consumer)
             self._reads[n] = (ins, outs, consumer)
         return self._reads[n]
 
