@@ -18,7 +18,9 @@ P100s: the simulated step of
 and each search's wall-clock seconds (``search_s``: for ``pase``, building the
 graph, configurations and tables and the DP; ``total_s`` adds re-timing the
 candidates by simulation). A DP over its time budget or table limit is a row
-with its reason. Writes ``experiments/results/pase.csv`` and ``pase.md``.
+with its reason: ``--models nmt`` (FlexFlow's NMT, per-GPU batch 64) is one the
+DP refuses before costing, naming the vertex and the table it would need.
+Writes ``experiments/results/pase.csv`` and ``pase.md``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import os
 import pickle
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -40,6 +43,8 @@ from .common import PAPER_BATCH, RESULTS, gpu_cluster, tf_quiet
 
 #: FlexFlow's per-GPU batch for AlexNet (its Section 8).
 ALEXNET_PER_GPU = 256
+#: FlexFlow's per-GPU batch for the other DNNs, NMT among them (its Section 8).
+FLEXFLOW_PER_GPU = 64
 MODELS = ("alexnet", "vgg16", "inception_v3", "resnet50", "resnet200", "pnasnet_mobile",
           "nasnet_large")
 
@@ -85,6 +90,9 @@ def build_step(model, devices, dataset, batch=None, alexnet_dataset="imagenet"):
     if model == "alexnet":
         batch = batch or ALEXNET_PER_GPU * devices
         m = slim_models.build_training_graph(model, batch, dataset=alexnet_dataset)
+    elif model == "nmt":  # (a sequence model: no image size or dataset)
+        batch = batch or FLEXFLOW_PER_GPU * devices
+        m = slim_models.build_training_graph(model, batch)
     else:
         batch = batch or PAPER_BATCH[model]
         m = slim_models.build_training_graph(model, batch, dataset=dataset)
@@ -244,14 +252,14 @@ def main(argv=None):
              args.dataset, batches, alexnet_dataset=args.alexnet_dataset)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m experiments.pase " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m experiments.pase " + shlex.join(sys.argv[1:] if argv is None else argv)
     seconds = time.perf_counter() - t0
     if args.append and (out / "pase.csv").exists():
         old = pd.read_csv(out / "pase.csv")
         redone = set(zip(df["model"], df["devices"]))
         keep = old[[(m, d) not in redone for m, d in zip(old["model"], old["devices"])]]
         df = pd.concat([keep, df], ignore_index=True)
-        order = {m: i for i, m in enumerate(MODELS)}
+        order = {m: i for i, m in enumerate(MODELS + ("nmt",))}
         df = df.sort_values(["model", "devices"], key=lambda c: c.map(order) if c.name == "model"
                             else c, kind="stable").reset_index(drop=True)
         previous = (out / "pase.md").read_text().split("Command: `", 1)[1].split("`", 1)[0] \
