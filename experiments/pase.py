@@ -40,11 +40,8 @@ from pathlib import Path
 import pandas as pd
 
 from .common import PAPER_BATCH, RESULTS, gpu_cluster, tf_quiet
+from .flexflow import MODELS as FLEXFLOW_MODELS  # (AlexNet's and NMT's per-GPU batches)
 
-#: FlexFlow's per-GPU batch for AlexNet (its Section 8).
-ALEXNET_PER_GPU = 256
-#: FlexFlow's per-GPU batch for the other DNNs, NMT among them (its Section 8).
-FLEXFLOW_PER_GPU = 64
 MODELS = ("alexnet", "vgg16", "inception_v3", "resnet50", "resnet200", "pnasnet_mobile",
           "nasnet_large")
 
@@ -88,10 +85,10 @@ def build_step(model, devices, dataset, batch=None, alexnet_dataset="imagenet"):
     from fddps.tf.strategy_graph import step_graph
 
     if model == "alexnet":
-        batch = batch or ALEXNET_PER_GPU * devices
+        batch = batch or FLEXFLOW_MODELS[model][1] * devices
         m = slim_models.build_training_graph(model, batch, dataset=alexnet_dataset)
     elif model == "nmt":  # (a sequence model: no image size or dataset)
-        batch = batch or FLEXFLOW_PER_GPU * devices
+        batch = batch or FLEXFLOW_MODELS[model][1] * devices
         m = slim_models.build_training_graph(model, batch)
     else:
         batch = batch or PAPER_BATCH[model]
