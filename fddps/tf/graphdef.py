@@ -58,6 +58,7 @@ import pandas as pd
 
 from ..errors import GraphError
 from ..strategy.ops import SHAPE_ONLY_OPS
+from .flops import FLOPS_RULES, node_flops
 from .lean_import import fill_defaults, import_graph
 from .static_values import shape_input_value
 from .tfimport import _no_deprecation_warnings, _tf
@@ -691,18 +692,31 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
             out_known.append(exact)
             out_dtypes.append(tuple(dts))
             out_shapes.append(tuple(shps))
-            value = None
-            counter = flops_function(op_type)
-            if counter is not None:
-                try:
-                    value = counter(graph, node).value
-                except Exception:  # noqa: BLE001 - TF's stat functions raise on unknown shapes
-                    value = None
-            if value is not None:
-                flops[i], flops_known[i] = float(value), True
+            if op_type not in FLOPS_RULES:  # a statistic registered outside TensorFlow's own
+                counter = flops_function(op_type)
+                if counter is not None:
+                    try:
+                        value = counter(graph, node).value
+                    except Exception:  # noqa: BLE001 - TF's stat functions raise on unknown shapes
+                        value = None
+                    if value is not None:
+                        flops[i], flops_known[i] = float(value), True
             kernel_types[i] = kernel_index.device_types(node, functions)
             kernel_shapes[i] = (kernel_shape(node, [_dims(t) for t in op.inputs], shps[0], dts[0])
                                 if shps and op_type in shaped_ops else None)
+
+    # FLOPs once every output shape is known (GraphDef order need not be topological).
+    def input_dims(s):
+        name, p = _parse_input(s)
+        dims = out_shapes[position[name]]
+        return dims[p] if 0 <= p < len(dims) else None
+
+    for i in np.flatnonzero(analysed).tolist():
+        if op_types[i] in FLOPS_RULES:
+            shps = out_shapes[i]
+            value = node_flops(nodes[i], shps[0] if shps else None, input_dims)
+            if value is not None:
+                flops[i], flops_known[i] = float(value), True
 
     # Edge bytes and the colocation of reference and resource edges.
     nbytes, back = [], []
