@@ -270,10 +270,12 @@ def _check_pins(step_graph, devices):
 def _drop_unset_attrs(graph_def):
     """Remove attributes that hold no value, in place; returns how many.
 
-    Reading a missing key of a NodeDef's ``attr`` map adds it, empty: TensorFlow's
-    FLOPs statistics of ``BatchMatMulV2`` (run by :func:`fddps.tf.graphdef.analyse`)
-    read ``transpose_a``, which that op does not have, and the function runtime then
-    refuses the graph ("Failed to bind all placeholders in <Unknown AttrValue type>").
+    Reading a missing key of a NodeDef's ``attr`` map adds it, empty (TensorFlow's
+    FLOPs statistic of ``BatchMatMulV2`` reads ``transpose_a``, which that op does not
+    have; :func:`fddps.tf.graphdef.analyse` counts TensorFlow's own op types itself,
+    but still calls a statistic registered for another op type), and the function
+    runtime then refuses the graph ("Failed to bind all placeholders in <Unknown
+    AttrValue type>").
     """
     dropped = 0
     for node in graph_def.node:

@@ -12,10 +12,12 @@ What is read, and from where:
   as one element, a ``string`` element as 8 bytes, a ``variant`` as 0; the row is
   flagged ``shapes_known=False``. ``resource`` handles count 0 bytes: the
   variable's data stays on its device.
-- **FLOPs** from TensorFlow's registered ``"flops"`` statistics
+- **FLOPs** as TensorFlow's registered ``"flops"`` statistics count them
   (``RegisterStatistics``: Conv2D and its two backprops, MatMul, BatchMatMul,
   DepthwiseConv2dNative, pooling and pooling grads, BiasAdd(Grad), the binary
-  and unary arithmetic ops, Mean/Sum, Softmax, L2Loss, ...). Every other op
+  and unary arithmetic ops, Mean/Sum, Softmax, L2Loss, ...), from the shapes
+  already inferred (:mod:`fddps.tf.flops`, formula for formula); a statistic
+  registered for another op type is called as registered. Every other op
   (FusedBatchNorm* and its grads, Relu/ReluGrad, the ``Apply*`` optimizer
   updates, Tanh, Sigmoid, casts, control flow, ...) and every op whose shapes are
   unknown gets ``flops = 0`` and ``flops_known = False``.
@@ -838,7 +840,7 @@ def op_table(graph_def_or_graph, unknown_dim: int = 1) -> pd.DataFrame:
         Columns:
 
         - ``name``, ``op_type`` (str)
-        - ``flops`` (float): TensorFlow's registered statistic; 0 where it has
+        - ``flops`` (float): TensorFlow's registered statistic's count; 0 where it has
           none (``flops_known`` False, see the module notes for which ops)
         - ``flops_known`` (bool)
         - ``input_bytes``, ``output_bytes`` (float): bytes of the data inputs read
