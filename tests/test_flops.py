@@ -20,7 +20,7 @@ def _tensorflows_count(graph, node):
         return None
 
 
-def _assert_counts_equal_tensorflows(graph_def, fetches=None, covered=None):
+def _assert_counts_equal_tensorflows(graph_def, fetches=None):
     """Every node's FLOPs in the analysis equal TensorFlow's statistic (known or not)."""
     analysis = analyse(graph_def, fetches=fetches)
     graph = analysis.graph
@@ -34,8 +34,6 @@ def _assert_counts_equal_tensorflows(graph_def, fetches=None, covered=None):
         if expected is not None:
             assert table["flops"][i] == float(expected), (node.name, node.op)
             seen.add(node.op)
-    if covered is not None:
-        assert covered <= seen, covered - seen
     return seen
 
 
@@ -69,7 +67,7 @@ def _every_rule_graph():
         with tf.control_dependencies([v1.assign_add(counter, 1.0), v1.assign_sub(counter, 0.5)]):
             loss = tf.identity(loss, name="loss")
         v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
-        # Counts TensorFlow refuses: an unknown batch, an NCHW convolution's gradient.
+        # Counts TensorFlow refuses: an unknown batch, an NCHW pooling.
         u = v1.placeholder(tf.float32, [None, 5], name="u")
         tf.matmul(u, tf.ones([5, 2]), name="unknown_matmul")
         tf.add_n([u, u], name="unknown_addn")

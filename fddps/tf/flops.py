@@ -119,13 +119,14 @@ def _add_n(node, out, inp):
     return math.prod(_shape(inp(0))) * (len(node.input) - 1)
 
 
-def _matmul(last_two):
+def _matmul(rows_axis, inner_axis):
+    """MatMul (axes 0, 1 of ``a``) and BatchMatMul* (its last two): ``a``'s inner
+    dimension, at ``rows_axis`` where ``transpose_a`` is set, times the output's size."""
     def count(node, out, inp):
         a = _shape(inp(0))
         if len(a) < 2:
             raise _Unknown
-        k = (a[-2] if _flag(node, "transpose_a") else a[-1]) if last_two else \
-            (a[0] if _flag(node, "transpose_a") else a[1])
+        k = a[rows_axis] if _flag(node, "transpose_a") else a[inner_axis]
         return k * math.prod(_shape(out)) * 2
     return count
 
@@ -166,8 +167,8 @@ FLOPS_RULES = {
     "Conv2DBackpropInput": _conv_backprop("out", 1),
     "Conv2DBackpropFilter": _conv_backprop(0, "out"),
     "AddN": _add_n,
-    "MatMul": _matmul(False),
-    **dict.fromkeys(["BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"], _matmul(True)),
+    "MatMul": _matmul(0, 1),
+    **dict.fromkeys(["BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"], _matmul(-2, -1)),
     "Conv2D": _conv(2, 1),  # NHWC or not: TensorFlow does not check
     "Conv3D": _conv(3, 1),
     "DepthwiseConv2dNative": _conv(2, 0),
