@@ -306,3 +306,16 @@ def test_auto_skips_a_dp_that_outlasts_its_share_of_the_budget(cnn, cm):
         step, cm.cluster(GPUS[:2]), cm)
     assert "out of its time_budget" in r.info["skipped"]["pase"] and "pase" not in r.info["steps"]
     assert r.makespan <= r.info["best_baseline"] and r.fits
+
+
+def test_baseline_strategies_makes_only_the_baselines_named_and_the_same_ones(cnn, cm):
+    from fddps.search.space import baseline_strategies
+
+    step = cnn[4]
+    cluster = cm.cluster(GPUS[:2])
+    every = baseline_strategies(step, cluster, cm, writable=True)
+    only = baseline_strategies(step, cluster, cm, writable=True, names=("fddps",))
+    assert list(every) == ["one device", "data parallel", "fddps"]
+    assert list(only) == ["fddps"]
+    assert dict(only["fddps"].configs) == dict(every["fddps"].configs)
+    assert baseline_strategies(step, cluster, cm, names=()) == {}

@@ -203,11 +203,10 @@ class AutoSearch(StrategySearch):
         """Search ``step`` on ``cluster``: the best candidate's :class:`SearchResult`."""
         t0 = time.perf_counter()
         ev = StrategyEvaluator(step, cluster, cost_model)
-        starts = baseline_strategies(step, cluster, cost_model, writable=self.writable)
+        starts = baseline_strategies(step, cluster, cost_model, writable=self.writable,
+                                     names=self.baselines)
         candidates = {}
         for name, strategy in starts.items():
-            if self.baselines is not None and name not in self.baselines:
-                continue
             score = ev.full(strategy)
             candidates[name] = (strategy, score.makespan, score.peak, score.fits, score.cost)
         skipped, cut, seconds = {}, [], {"baselines": time.perf_counter() - t0}

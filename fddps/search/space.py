@@ -146,27 +146,36 @@ def whole_op_graph(step, cluster, cost_model) -> OpGraph:
                    colocation=[op.group if op.tied else None for op in ops])
 
 
-def baseline_strategies(step, cluster, cost_model, fddps_options=None, writable=False) -> dict:
+def baseline_strategies(step, cluster, cost_model, fddps_options=None, writable=False,
+                        names=None) -> dict:
     """``{"one device", "data parallel", "fddps"}`` -> Strategy (FD-DPS's whole-op placement).
 
     FD-DPS's entry is missing when it cannot place the step (an
     :class:`~fddps.errors.InfeasibleError`: the step does not fit).
     ``writable``: data parallelism as :func:`writable_strategy`.
+    ``names``: the baselines to make (default all three); the others are not
+    computed (data parallelism walks every op of the step: seconds on a cell
+    network, for nothing where only FD-DPS's placement is wanted).
     """
     from ..algorithms import get_algorithm
     from ..errors import InfeasibleError
 
+    wanted = ("one device", "data parallel", "fddps") if names is None else tuple(names)
     devices = list(cluster.names)
-    out = {"one device": whole_placement({}, devices[0])}
-    out["one device"].name = "one device"
-    out["data parallel"] = data_parallel(step, devices)
-    if writable:
-        out["data parallel"] = writable_strategy(step, out["data parallel"])
-    try:
-        s = get_algorithm("fddps", **(fddps_options or {})).schedule(
-            whole_op_graph(step, cluster, cost_model), cluster)
-        out["fddps"] = whole_placement(s.placement, devices[0])
-        out["fddps"].name = "fddps (whole ops)"
-    except InfeasibleError:
-        pass
+    out = {}
+    if "one device" in wanted:
+        out["one device"] = whole_placement({}, devices[0])
+        out["one device"].name = "one device"
+    if "data parallel" in wanted:
+        out["data parallel"] = data_parallel(step, devices)
+        if writable:
+            out["data parallel"] = writable_strategy(step, out["data parallel"])
+    if "fddps" in wanted:
+        try:
+            s = get_algorithm("fddps", **(fddps_options or {})).schedule(
+                whole_op_graph(step, cluster, cost_model), cluster)
+            out["fddps"] = whole_placement(s.placement, devices[0])
+            out["fddps"].name = "fddps (whole ops)"
+        except InfeasibleError:
+            pass
     return out
