@@ -517,12 +517,6 @@ def _ref_or_resource(dtype_name: str) -> bool:
     return dtype_name == "resource" or dtype_name.endswith("_ref")
 
 
-def _declared_input_type(op, k: int):
-    """The declared type of data input ``k`` of ``op`` (not its producer's), or None."""
-    types = op._input_types
-    return types[k] if k < len(types) else None
-
-
 _FLOPS_FUNCTIONS = {}
 
 
@@ -722,8 +716,9 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
 
     # Edge bytes and the colocation of reference and resource edges.
     nbytes, back = [], []
-    in_known = analysed.copy()
-    input_bytes = np.zeros(n)
+    # (Python lists in the loop, arrays after: a numpy element update costs several list ones)
+    in_known = analysed.tolist()
+    input_bytes = [0.0] * n
     uf = _UnionFind(n)
     next_iteration = [op_type in NEXT_ITERATION_OPS for op_type in op_types]
     # Edges come grouped by reader (the structure loop's order): ``e`` walks them.
@@ -735,6 +730,7 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
         colocates = op_type not in COLOCATION_EXEMPT_OPS and not op_type.endswith("Dataset")
         merge = op_type in MERGE_OPS
         data_k = 0
+        declared = None  # the reader's declared input types, read once when needed
         while e < n_edges and dst[e] == j:
             i, p = src[e], port[e]
             e += 1
@@ -748,14 +744,19 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
                     b = 0.0
                 nbytes.append(b)
                 input_bytes[j] += b
-                in_known[j] &= out_known[i][p] if p < len(out_known[i]) else False
+                if not (p < len(out_known[i]) and out_known[i][p]):
+                    in_known[j] = False
                 # A declared ref or resource input takes only a ref or resource tensor
                 # (import_graph_def checks), so only then read the declared type.
-                if (colocates and p < len(out_dtypes[i]) and _ref_or_resource(out_dtypes[i][p])
-                        and _declared_ref_or_resource(ops[j], registry.get(j), data_k)):
-                    uf.union(i, j)
+                if colocates and p < len(out_dtypes[i]) and _ref_or_resource(out_dtypes[i][p]):
+                    if declared is None:
+                        declared = _declared_ref_or_resource(ops[j], registry.get(j))
+                    if data_k < len(declared) and declared[data_k]:
+                        uf.union(i, j)
                 data_k += 1
             back.append(merge and next_iteration[i])
+    in_known = np.array(in_known, dtype=bool)
+    input_bytes = np.array(input_bytes, dtype=np.float64)
     edges = pd.DataFrame({"src": np.asarray(src, dtype=np.int64),
                           "dst": np.asarray(dst, dtype=np.int64),
                           "port": np.asarray(port, dtype=np.int64),
@@ -814,14 +815,12 @@ def analyse(graph_like, unknown_dim: int = 1, *, fetches=None) -> GraphAnalysis:
                          kernel_index.checked_types, notes, analysed)
 
 
-def _declared_ref_or_resource(op, registry_entry, k: int) -> bool:
-    """Whether data input ``k`` is declared a reference or resource: read from the imported
-    ``op``, else from the node's registry entry (:func:`fddps.tf.op_defs.node_dtypes`)."""
+def _declared_ref_or_resource(op, registry_entry) -> list:
+    """Per data input, whether it is declared a reference or resource: read from the
+    imported ``op``, else from the node's registry entry (:func:`fddps.tf.op_defs.node_dtypes`)."""
     if op is not None:
-        declared = _declared_input_type(op, k)
-        return declared is not None and (declared._is_ref_dtype or declared.name == "resource")
-    flags = registry_entry[1]
-    return k < len(flags) and flags[k]
+        return [t._is_ref_dtype or t.name == "resource" for t in op._input_types]
+    return list(registry_entry[1])
 
 
 def op_table(graph_def_or_graph, unknown_dim: int = 1) -> pd.DataFrame:
