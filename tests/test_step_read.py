@@ -133,3 +133,21 @@ def test_registry_dtypes_of_a_node():
     icat = [n for n in g.as_graph_def().node if n.name == "icat"][0]
     assert node_dtypes(icat) == (["int32"], [False] * 3)
     assert node_dtypes(node["cat"]) == (["float32"], [False] * 4)
+
+
+def test_a_first_axis_slice_is_a_view_and_other_slices_copy():
+    """``analyse`` zeroes the bytes of a ``Slice`` TensorFlow makes a view of its input
+    (a cut of the first axis, rows aligned), and only of that one; a cut of another
+    axis is a copy whether or not its begin and size are static."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.random.normal([8, 4, 16], seed=1, name="x")
+        tf.slice(x, [2, 0, 0], [4, -1, 16], name="rows")        # a view
+        tf.slice(x, [0, 0, 8], [8, 4, 8], name="channels")      # a copy
+        tf.slice(x, [0, 1, 0], [8, 3, -1], name="middle")       # a copy
+        size = tf.shape(x, name="size") - tf.constant([0, 0, 8])
+        tf.slice(x, [0, 0, 0], size, name="dynamic")            # a copy, size not folded
+    table = analyse(g.as_graph_def()).table.set_index("name")
+    assert table.loc["rows", ["input_bytes", "output_bytes"]].tolist() == [0.0, 0.0]
+    for name in ("channels", "middle", "dynamic"):
+        assert table.loc[name, "input_bytes"] > 0 and table.loc[name, "output_bytes"] > 0

@@ -508,6 +508,9 @@ def _first_axis_view(op) -> bool:
     shape = op.inputs[0].shape
     if not shape.is_fully_defined():
         return False
+    out = op.outputs[0].shape
+    if out.is_fully_defined() and out.as_list()[1:] != shape.as_list()[1:]:
+        return False  # another axis cut (a valid slice keeps the full extent only at begin 0)
     return first_axis_view(tuple(shape.as_list()), shape_input_value(op, 1),
                            shape_input_value(op, 2), op.inputs[0].dtype.size)
 
