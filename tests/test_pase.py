@@ -693,7 +693,7 @@ def test_repeated_vertices_are_costed_once_and_their_rows_named_their_own(k, mon
 def test_resolved_dims_equal_each_ops_own_and_shared_among_alike_ops(mlp):
     # resolve() read once per distinct (type, attributes, constants, shapes, FLOPs, bytes):
     # the same descriptions as resolving every op, equal ops' shared.
-    from fddps.search.pase_vertices import _dims, resolved_dims
+    from fddps.search.space import resolved_dims, resolved_or_none as _dims
 
     for step in (mlp, _repeated_blocks()):
         got = resolved_dims(step)

@@ -51,11 +51,11 @@ from ..graph import OpGraph
 from ..simulate import simulate
 from ..strategy.expand import (add_edge, distinct_pieces, expand, op_layout, op_records,
                                task_aliases)
-from ..strategy.ops import NotDescribed, resolve
 
 #: Records of :func:`~fddps.strategy.expand.op_records` that carry a cost-model row.
 COSTED = ("T", "R", "C")
 from ..strategy.strategy import Strategy, validate
+from .space import resolved_dims
 
 #: Default weight of memory over capacity: the cost is multiplied by
 #: ``1 + MEMORY_PENALTY * overflow``, overflow being the excess bytes over the
@@ -125,12 +125,7 @@ class StrategyEvaluator:
         self.memory_penalty = float(memory_penalty)
         self.types = list(dict.fromkeys(d.type for d in cluster.devices))
         self.capacity = np.asarray(cluster.memory, dtype=np.float64)
-        self.dims = {}
-        for name, op in step.ops.items():
-            try:
-                self.dims[name] = resolve(op)
-            except NotDescribed:
-                self.dims[name] = None
+        self.dims = resolved_dims(step)  # (ops equal in what resolve reads share one)
         self.readers = {name: [] for name in step.ops}
         for name, op in step.ops.items():
             for src in dict.fromkeys([p for p, _ in op.inputs] + list(op.control_inputs)):
@@ -156,7 +151,8 @@ class StrategyEvaluator:
     def full(self, strategy) -> Score:
         """Expand and simulate ``strategy`` from scratch (the reference for the delta)."""
         t0 = time.perf_counter()
-        tl = expand(self.step, strategy, self.cluster, self.cost_model).simulate(self.cluster)
+        tl = expand(self.step, strategy, self.cluster, self.cost_model,
+                    dims_of=self.dims).simulate(self.cluster)
         configs = {n: strategy.config(n) for n in self.step.ops}
         return self._score(tl.makespan, tl.peak_memory.to_numpy(), configs, t0)
 

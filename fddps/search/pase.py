@@ -52,7 +52,8 @@ from .base import SearchError, SearchResult, StrategySearch, positive, register_
 from .evaluate import StrategyEvaluator
 from .factor_tables import broadcast
 from .pase_tables import build_tables, tables_cost
-from .pase_vertices import anchor, coarsen, resolved_dims, vertex_configs, vertex_homes
+from .pase_vertices import anchor, coarsen, vertex_configs, vertex_homes
+from .space import resolved_dims
 from .space import baseline_strategies, writable_strategy
 
 ORDERS = ("best", "paper", "dfs")

@@ -39,10 +39,9 @@ from collections import defaultdict
 import numpy as np
 from networkx.utils import UnionFind
 
-from ..strategy.ops import HaloAxis, NotDescribed, resolve
+from ..strategy.ops import HaloAxis
 from ..strategy.strategy import VARIABLE_TYPES, OpConfig, group_devices, shardable_groups
-from .pase_repeats import _frozen
-from .space import decision_units, worth_deciding
+from .space import decision_units, resolved_or_none, worth_deciding
 
 _GRAD = re.compile(r"^gradients(?:_\d+)?/(.*)_grad/")
 
@@ -180,35 +179,6 @@ def coarsen(step) -> list:
     return sorted(out, key=lambda g: position[g[0]])
 
 
-def _dims(op):
-    try:
-        return resolve(op)
-    except NotDescribed:
-        return None
-
-
-def resolved_dims(step) -> dict:
-    """``{op: _dims(op)}`` for every op of ``step`` (its resolved description, or None).
-
-    :func:`~fddps.strategy.ops.resolve` reads only the fields keyed here (its type,
-    attributes, constant inputs, shapes, FLOPs and output bytes), so ops equal in
-    them (a layer's element-wise ops, repeated blocks) are resolved once and share
-    the (frozen) description: a fifth of the space's set-up on Inception-V3.
-    """
-    out, seen = {}, {}
-    for n, op in step.ops.items():
-        key = (op.op_type, _frozen(op.attrs), _frozen(op.const_values), op.input_shapes,
-               op.output_shapes, op.param_shape, op.flops, op.output_bytes)
-        try:
-            got = seen[key]
-        except KeyError:
-            got = seen[key] = _dims(op)
-        except TypeError:  # (an unhashable shape: resolved on its own)
-            got = _dims(op)
-        out[n] = got
-    return out
-
-
 def anchor(step, vertex, dims_of) -> str | None:
     """The op whose iteration domain a vertex's configurations split (module notes), or None."""
     ok = [n for n in vertex if dims_of[n] is not None and dims_of[n].dims and not step.ops[n].tied]
@@ -340,7 +310,7 @@ def vertex_configs(step, vertex, devices, *, dims_of=None, homes=None, writable=
     (the same values; fewer objects to make, and to key in the tables).
     """
     if dims_of is None:
-        dims_of = {n: _dims(step.ops[n]) for n in vertex}
+        dims_of = {n: resolved_or_none(step.ops[n]) for n in vertex}
     if homes is None:
         homes = vertex_homes(step, devices)
     k = len(devices)
@@ -446,4 +416,4 @@ def vertex_homes(step, devices) -> dict:
 
 
 __all__ = ["ELEMENTWISE", "anchor", "coarsen", "config_key", "factor_tuples", "letter_map",
-           "resolved_dims", "vertex_configs", "vertex_homes"]
+           "vertex_configs", "vertex_homes"]

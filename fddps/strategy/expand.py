@@ -400,7 +400,7 @@ def op_records(op, cfg, dims, layout, source, control_tasks, apart=False) -> lis
     return recs
 
 
-def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
+def expand(step, strategy, cluster, cost_model, apart=False, dims_of=None) -> Expansion:
     """The task graph of ``strategy`` on ``cluster``, costed by ``cost_model``.
 
     Parameters
@@ -418,6 +418,10 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
         scheduler that places the tasks itself (it zeroes the edges it keeps
         on one device; :mod:`fddps.search.fddps_space`). Default False: the
         strategy's own devices decide what moves.
+    dims_of : dict, optional
+        ``{op: resolve(op) or None}`` (None where :func:`~fddps.strategy.ops.resolve`
+        raises ``NotDescribed``) where the caller has it: a search expanding many
+        strategies of one step resolves its ops once, not once per expansion.
 
     Raises
     ------
@@ -435,10 +439,13 @@ def expand(step, strategy, cluster, cost_model, apart=False) -> Expansion:
 
     for name, op in step.ops.items():
         cfg = strategy.config(name)
-        try:
-            dims = resolve(op)
-        except NotDescribed:
-            dims = None
+        if dims_of is not None:
+            dims = dims_of[name]
+        else:
+            try:
+                dims = resolve(op)
+            except NotDescribed:
+                dims = None
         layouts[name] = op_layout(op, cfg, dims)
         tasks[name] = layouts[name][1]
         for rec in op_records(op, cfg, dims, layouts[name], lambda src, port: layouts[src][2][port],
