@@ -23,7 +23,7 @@ within the run.
 
 Run::
 
-    python -m experiments.auto_default                     # six networks + quick start
+    python -m experiments.auto_default                     # six networks + quick start, 3 rounds
     python -m experiments.auto_default --models vgg16 --budget 10 --no-quickstart
     python -m experiments.auto_default --quick             # a smoke test (~10 s)
     python -m experiments.auto_default --call-budget none  # auto as before its call budget
@@ -45,8 +45,10 @@ from experiments.common import (COST_MODEL_NOTE, MODELS, RESULTS, build_model, d
 DEFAULT = "fddps"  # fddps.place's default algorithm when this experiment decided
 
 
-def place_both(graph_def, devices, fetches, cost_model, budget, call_budget="default") -> list:
-    """``fddps.place`` with the default algorithm and with ``auto``: one dict per algorithm.
+def place_both(graph_def, devices, fetches, cost_model, budget, call_budget="default",
+               auto_first=False) -> list:
+    """``fddps.place`` with the default algorithm and with ``auto``: one dict per algorithm
+    (the default's first), ``auto`` called first when ``auto_first``.
 
     ``call_budget``: auto's option of that name (``"default"``: not passed)."""
     import fddps
@@ -55,7 +57,8 @@ def place_both(graph_def, devices, fetches, cost_model, budget, call_budget="def
     auto = {} if budget is None else dict(time_budget=budget)
     if call_budget != "default":
         auto["call_budget"] = call_budget
-    for algorithm, options in ((DEFAULT, {}), ("auto", auto)):
+    calls = [(DEFAULT, {}), ("auto", auto)]
+    for algorithm, options in (calls[::-1] if auto_first else calls):
         t = time.perf_counter()
         p = fddps.place(graph_def, devices, cost_model=cost_model, fetches=fetches,
                         algorithm=algorithm, **options)
@@ -69,12 +72,24 @@ def place_both(graph_def, devices, fetches, cost_model, budget, call_budget="def
                          cut=",".join(found.get("cut", [])),
                          budget_s=found.get("call_budget", {}).get("seconds", float("nan")),
                          load1=os.getloadavg()[0]))
-    return rows
+    return sorted(rows, key=lambda r: r["algorithm"] != DEFAULT)
+
+
+def median_round(rounds) -> dict:
+    """Of one algorithm's rows over the rounds, the row of the round whose ``place_s`` is the
+    median (the lower middle of an even count), with ``rounds`` and every round's
+    seconds (``place_s_rounds``)."""
+    k = sorted(range(len(rounds)), key=lambda i: rounds[i]["place_s"])[(len(rounds) - 1) // 2]
+    return dict(rounds[k], rounds=len(rounds),
+                place_s_rounds=" ".join(f"{r['place_s']:.3g}" for r in rounds))
 
 
 def run(models, batch, devices, budget, quickstart=True, dataset="cifar10",
-        call_budget="default"):
-    """One row per (case, algorithm)."""
+        call_budget="default", rounds=3):
+    """One row per (case, algorithm): the round whose seconds are the median of ``rounds``
+    interleaved rounds (each round calls both, the order alternating), so that one
+    call's drift (the same default call measured 0.64 and 0.84 s in one run) moves
+    neither side alone."""
     tf_quiet()
     from costmodel import default_cost_model
 
@@ -86,10 +101,14 @@ def run(models, batch, devices, budget, quickstart=True, dataset="cifar10",
     for case, b, devs, cm in cases:
         m = build_model(case.split(" ")[0], b, dataset=dataset)
         fetches = [m.train_op.name, m.loss.name]
-        for r in place_both(m.graph_def, devs, fetches, cm, budget, call_budget):
+        done = [place_both(m.graph_def, devs, fetches, cm, budget, call_budget,
+                           auto_first=bool(k % 2)) for k in range(rounds)]
+        for j in range(2):
+            r = median_round([d[j] for d in done])
             rows.append(dict(case=case, batch=b, devices=len(devs), **r))
             print(f"  {case:<28} {r['algorithm']:<6} {r['step_ms']:9.3f} ms  "
-                  f"{r['place_s']:7.1f} s  {r['winner']}", flush=True)
+                  f"{r['place_s']:7.1f} s (rounds: {r['place_s_rounds']})  {r['winner']}",
+                  flush=True)
     df = pd.DataFrame(rows)
     base = df[df.algorithm == DEFAULT].set_index("case")
     df["step_vs_default"] = df["step_ms"] / df["case"].map(base["step_ms"])
@@ -131,14 +150,16 @@ def _plot(df, png):
 def write_page(out, df, command, seconds):
     """The generated page ``auto_default.md`` (see :func:`experiments.common.write_results_page`)."""
     auto = df[df.algorithm == "auto"]
-    cols = ["case", "algorithm", "step_ms", "scheduled_ms", "place_s", "winner",
+    cols = ["case", "algorithm", "step_ms", "scheduled_ms", "place_s", "place_s_rounds", "winner",
             "step_vs_default", "time_vs_default", "written", "skipped", "cut", "budget_s",
             "load1"]
     return write_results_page(
         out, "`auto` against `place()`'s default",
         f"`step_ms`: the predicted step of what the placed graph runs; `scheduled_ms`: the "
         f"default's step in its scheduled order; `place_s`: `place()`'s wall-clock seconds "
-        f"(comparable only as ratios inside one run); `winner`: what `auto` returned (a "
+        f"(comparable only as ratios inside one run), of the round whose seconds are the "
+        f"median of `rounds` interleaved rounds (`place_s_rounds`: every round's; each row "
+        f"is that round's); `winner`: what `auto` returned (a "
         f"search, a baseline, or `fddps (place's default)`: the default algorithm's own "
         f"placement); `written`: the candidates `auto` wrote and re-timed as GraphDefs "
         f"(besides the default's placement); `budget_s`: `auto`'s call budget (3x the "
@@ -169,12 +190,17 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke test: vgg16 at batch 2 on 2 GPUs, auto with its own (call) budget, "
                         "no quick start")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds per case; each row is the median round's (default 3)")
     p.add_argument("--out", default=str(RESULTS / "auto_default.csv"))
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     batch, devices, budget, quickstart = args.batch, args.devices, args.budget, not args.no_quickstart
+    rounds = args.rounds
+    if rounds < 1:
+        p.error(f"--rounds must be at least 1, got {rounds}")
     if args.quick:
-        models, batch, devices, quickstart = ["vgg16"], 2, 2, False
+        models, batch, devices, quickstart, rounds = ["vgg16"], 2, 2, False, 1
     call_budget = args.call_budget
     if call_budget not in ("default", "none"):
         try:
@@ -184,7 +210,8 @@ def main(argv=None):
     elif call_budget == "none":
         call_budget = None
     start = time.perf_counter()
-    df = run(models, batch, devices, budget, quickstart, call_budget=call_budget)
+    df = run(models, batch, devices, budget, quickstart, call_budget=call_budget,
+             rounds=rounds)
     said = "its own budget" if budget is None else f"{budget:g} s"
     print(f"fddps.place: default ({DEFAULT}) vs auto ({said}), batch {batch}, CIFAR-10 "
           f"size, {devices} simulated P100s. {COST_MODEL_NOTE}")
