@@ -7,7 +7,7 @@ GraphDef quick start (ResNet-50, batch 8, on 4 CPU devices of this process,
 which share its cores; cost model of this machine's CPU, unpinned, as a user
 gets it): ``fddps.place(graph_def, devices, fetches=[train_op, loss])`` with
 the default algorithm and with ``algorithm="auto"`` (by default with its call
-budget: the whole call within ``call_budget`` (3) times the seconds the
+budget: the whole call within ``call_budget`` (2.5) times the seconds the
 default's placement took inside it, ``--call-budget``; ``--call-budget none``:
 the searches' earlier budget, twice their baselines' seconds after them, and
 every candidate re-timed; ``--budget`` seconds: a fixed search budget).
@@ -32,6 +32,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -59,6 +60,10 @@ def place_both(graph_def, devices, fetches, cost_model, budget, call_budget="def
         auto["call_budget"] = call_budget
     calls = [(DEFAULT, {}), ("auto", auto)]
     for algorithm, options in (calls[::-1] if auto_first else calls):
+        # Not timed: the garbage of what ran before is not this call's (place() holds
+        # Python's cyclic collector off while it runs, leaving the collection to the
+        # next call, which would otherwise pay for it: as experiments.place_time does).
+        gc.collect()
         t = time.perf_counter()
         p = fddps.place(graph_def, devices, cost_model=cost_model, fetches=fetches,
                         algorithm=algorithm, **options)
@@ -162,7 +167,7 @@ def write_page(out, df, command, seconds):
         f"is that round's); `winner`: what `auto` returned (a "
         f"search, a baseline, or `fddps (place's default)`: the default algorithm's own "
         f"placement); `written`: the candidates `auto` wrote and re-timed as GraphDefs "
-        f"(besides the default's placement); `budget_s`: `auto`'s call budget (3x the "
+        f"(besides the default's placement); `budget_s`: `auto`'s call budget (its `call_budget` times the "
         f"seconds the default's reading and placing took inside the `auto` call); `load1`: "
         f"the machine's 1-minute load average "
         f"after the call. `auto` predicted no slower than the default in "
@@ -184,7 +189,7 @@ def main(argv=None):
     p.add_argument("--call-budget", default="default",
                    help="auto's call_budget: the whole call within this many times the "
                         "default's seconds ('none': the earlier budget of the searches only; "
-                        "default: auto's own, 3)")
+                        "default: auto's own, 2.5)")
     p.add_argument("--no-quickstart", action="store_true",
                    help="leave out README's quick start (ResNet-50 on 4 local CPU devices)")
     p.add_argument("--quick", action="store_true",
