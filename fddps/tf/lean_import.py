@@ -107,13 +107,30 @@ def fill_defaults(graph_def):
     import does (``importer._ProcessGraphDefParam``): every attribute the op registry
     gives a default that the node leaves unset. Nodes of unregistered op types
     (library functions) are left as they are; the import checks them."""
-    from tensorflow.python.framework import op_def_registry
-
     for node in graph_def.node:
-        op_def = op_def_registry.get(node.op)
+        defaults = _attr_defaults(node.op)
+        if defaults:
+            attr = node.attr
+            for name, value in defaults:
+                # Indexing a missing key inserts an empty value, which the copy then fills.
+                if attr[name].WhichOneof("value") is None:
+                    attr[name].CopyFrom(value)
+
+
+_ATTR_DEFAULTS = {}
+
+
+def _attr_defaults(op_type):
+    """``[(attribute name, default AttrValue)]`` of ``op_type``'s registered OpDef, or None
+    for an op type not registered (yet: a miss is asked again). Kept per op type: reading
+    them from the OpDef per node was half of :func:`fill_defaults`' time."""
+    got = _ATTR_DEFAULTS.get(op_type)
+    if got is None:
+        from tensorflow.python.framework import op_def_registry
+
+        op_def = op_def_registry.get(op_type)
         if op_def is None:
-            continue
-        for attr in op_def.attr:
-            # Indexing a missing key inserts an empty value, which the copy then fills.
-            if attr.HasField("default_value") and node.attr[attr.name].WhichOneof("value") is None:
-                node.attr[attr.name].CopyFrom(attr.default_value)
+            return None
+        got = _ATTR_DEFAULTS[op_type] = [(a.name, a.default_value) for a in op_def.attr
+                                         if a.HasField("default_value")]
+    return got
