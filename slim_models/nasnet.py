@@ -53,7 +53,7 @@ Small inputs: the auxiliary head's 5x5/3 VALID pool shrinks to the feature map
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import tensorflow as tf
 

@@ -101,7 +101,7 @@ class METF(Scheduler):
 
         group, group_device = state.group, state.group_device
         mem_used, capacity = state.mem_used, state.capacity
-        et_rows, placed = state.et_rows, [False] * n
+        placed = [False] * n
         free = [0.0] * m
         waiting = [[] for _ in range(m)]  # (ready time, priority, op)
         arrived = [[] for _ in range(m)]  # (priority, op)

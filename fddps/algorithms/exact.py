@@ -92,7 +92,7 @@ from ..errors import ClusterError, InfeasibleError
 from ..schedule import Schedule
 from .local_search import edge_transfer_table, replay_table
 from .base import (PlacementState, Scheduler, get_algorithm, memory_overflow, register,
-                   reserving_transient, _RESERVE_TRANSIENT)
+                   _RESERVE_TRANSIENT)
 
 #: Solver ticks per upper bound on the makespan (see the module docstring).
 TICKS = 2 ** 40

@@ -36,14 +36,13 @@ does (the reference the tests compare them with).
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections import defaultdict
 
 import numpy as np
 import pandas as pd
 
-from ..strategy.expand import op_layout, op_records, part_of_task
+from ..strategy.expand import op_layout, op_records
 from ..strategy.ops import NotDescribed, resolve
 from .pase_edges import RowCosts, edge_table
 from .pase_repeats import repeated_edge_table, repeated_vertex_table

@@ -247,7 +247,6 @@ class _OpGroups:
         """The arrays of the groups ``reps`` (keyed ``keys``: split items and devices)."""
         self.gid = gid
         self.reps = reps
-        K = len(reps)
         nparts = [c.num_parts for c in reps]
         self.nparts = np.asarray(nparts)
         P = self.P = max(nparts)

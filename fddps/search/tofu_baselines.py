@@ -53,7 +53,6 @@ from __future__ import annotations
 import numpy as np
 
 from .tofu import Tofu
-from .tofu_dp import eliminate
 
 GB = 1e9
 

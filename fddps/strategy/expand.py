@@ -64,7 +64,6 @@ import numpy as np
 import pandas as pd
 
 from ..graph import ALIAS_OP_TYPES, OpGraph
-from .graph import tensor_bytes
 from .kernel_shape import part_kernel_shape
 from .ops import SHAPE_ONLY_OPS, HaloAxis, NotDescribed, first_axis_view, resolve
 from .strategy import parts, validate
