@@ -508,6 +508,23 @@ def test_table_driven_feed_geometry_equals_the_cell_by_cell_intersections(k, pai
     assert paths == {True, False}  # both ways of spreading the tables were compared
 
 
+@pytest.mark.parametrize("Q", [1, 2, 3, 4, 8, 16])
+def test_pieces_met_counts_and_finds_the_first_piece_as_sum_and_argmax(Q):
+    # _pieces_met reads a part's 2, 4 or 8 booleans as one integer (its set bits: the
+    # pieces met); the other counts take numpy's reductions. Both as sum and argmax,
+    # with no piece, every piece and one piece met.
+    from fddps.search.pase_vertex_tables import _pieces_met
+
+    rng = np.random.default_rng(Q)
+    for share in (0.0, 0.2, 0.7, 1.0):
+        hit = rng.random((50, 8, Q)) < share
+        hit[0, :, :] = np.eye(8, Q, dtype=bool)
+        count, one = _pieces_met(hit)
+        assert count.dtype == one.dtype == np.int64
+        assert np.array_equal(count, hit.sum(axis=2))
+        assert np.array_equal(one, hit.argmax(axis=2))
+
+
 def test_feed_geometry_comparison_fails_when_one_cell_differs(monkeypatch):
     # The pin above can fail: one cell's shared elements off by one (a transfer's bytes)
     # makes the geometry differ from the cell-by-cell one, and the tables differ from the

@@ -51,6 +51,7 @@ from ..strategy.strategy import OpConfig
 from .base import SearchError, SearchResult, StrategySearch, positive, register_search
 from .evaluate import StrategyEvaluator
 from .factor_tables import broadcast
+from .heap import reuse_freed_arrays
 from .pase_tables import build_tables, tables_cost
 from .pase_vertices import anchor, coarsen, vertex_configs, vertex_homes
 from .space import resolved_dims
@@ -454,6 +455,7 @@ class PaseSearch(StrategySearch):
 
     def costs(self, step, cluster, cost_model):
         """``(vertices, configs, unary, pairwise)`` of the additive cost (module notes)."""
+        reuse_freed_arrays()  # (the tables' temporaries: heap.py)
         with _without_gc():
             return self._costs(step, cluster, cost_model)
 
@@ -467,6 +469,7 @@ class PaseSearch(StrategySearch):
         return vertices, configs, unary, pairwise
 
     def fit(self, step, cluster, cost_model) -> SearchResult:
+        reuse_freed_arrays()  # (the tables' temporaries: heap.py)
         with _without_gc():
             return self._fit(step, cluster, cost_model)
 

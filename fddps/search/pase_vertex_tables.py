@@ -998,23 +998,23 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg, memo=None):
         return _feed_geometry_cells(pc, inbox, og, lat, inv, gid, sg)
     item = pc.itemsize
     el = _elements(pc, inbox, og, gid, sg, memo=memo)
-    # The cells where a part meets a piece (C order: record order), and their transfers:
-    # a part reads a piece from its own device where that holds the piece, else from the
-    # piece's first device.
-    cells = np.flatnonzero(el > 0)
-    cp, qi = _divmod(cells, Q)  # (item, part), piece
-    ci = _divmod(cp, P)[0]
-    dst = og.dev[gid].reshape(-1)[cp]
-    sq = sg[ci] * Q + qi
+    # The cells where a part meets a piece, as a (C, P, Q) mask (C order: record order),
+    # and their transfers: a part reads a piece from its own device where that holds
+    # the piece, else from the piece's first device. (Masks of one byte a cell rather
+    # than index arrays of eight: a feed has up to ~10**6 cells.)
+    hit = el > 0
+    dev = og.dev[gid]  # (C, P): each part's device, the transfers' destination
     ndev = pc.held.shape[2]
     link = None
     if item > 0:  # (no bytes, no transfer: every cell has elements)
-        # The cells whose part's device does not hold their piece (from a table per piece
-        # and device: one gather per cell), then their transfers' fields.
-        move = np.flatnonzero(_remote(pc).reshape(-1)[sq * ndev + dst])
-        if len(move):
-            where = cells[move]
-            s, d = pc.first_dev.reshape(-1)[sq[move]], dst[move]
+        # The cells whose part's device does not hold their piece (a row of pieces per
+        # producer group and device: one gather per part), then their transfers' fields.
+        far = _remote_rows(pc).take(sg[:, None] * ndev + dev, axis=0)  # (C, P, Q)
+        where = np.flatnonzero(np.logical_and(hit, far, out=far))
+        if len(where):
+            cp, qi = _divmod(where, Q)  # (item, part), piece
+            s = pc.first_dev.reshape(-1)[sg[_divmod(cp, P)[0]] * Q + qi]
+            d = dev.reshape(-1)[cp]
             pair = s * ndev + d
             secs = lat.reshape(-1)[pair] + el.reshape(-1)[where] * item * inv.reshape(-1)[pair]
             keep = secs > 0
@@ -1022,7 +1022,7 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg, memo=None):
                 where, s, d, secs = where[keep], s[keep], d[keep], secs[keep]
             if len(where):
                 link = (where, s, d, secs, P, Q)
-    count, one = _pieces_read(cp, qi, el.shape[:2])
+    count, one = _pieces_met(hit)
     V = og.valid[gid]
     kind = np.where(pc.partial[sg][:, None], 2,
                     np.where(count > 1, 0, np.where(count == 1, 1, -1)))
@@ -1075,15 +1075,38 @@ def _divmod(x, n):
     return np.divmod(x, n)
 
 
-def _remote(pc):
-    """``(K, P, devices)``: whether a part on each device reads each piece over a link (its
-    device holds no copy of it: :func:`_feed_geometry`'s transfers); kept on ``pc``."""
-    got = pc.__dict__.get("_remote")
+def _remote_rows(pc):
+    """``(K * devices, P)``: per producer group and device (row ``group * devices +
+    device``), whether a part on that device reads each piece over a link (the device
+    holds no copy of it: :func:`_feed_geometry`'s transfers); kept on ``pc``."""
+    got = pc.__dict__.get("_remote_rows")
     if got is None:
         ndev = pc.held.shape[2]
-        got = pc.__dict__["_remote"] = ((pc.first_dev[:, :, None] != np.arange(ndev)) &
-                                        ~pc.held)
+        remote = (pc.first_dev[:, :, None] != np.arange(ndev)) & ~pc.held  # (K, P, devices)
+        got = pc.__dict__["_remote_rows"] = np.ascontiguousarray(
+            remote.transpose(0, 2, 1)).reshape(-1, remote.shape[1])
     return got
+
+
+def _pieces_met(hit):
+    """``(count, one)`` of a ``(C, P, Q)`` boolean mask of the pieces each part meets: how
+    many, and the first of them (0 where none, as ``argmax``), ``(C, P)`` integers.
+
+    Reductions over a last axis of a few elements cost numpy a loop per part; where
+    ``Q`` is 2, 4 or 8 (the usual part counts), each part's ``Q`` booleans (bytes of 0
+    or 1) are read as one little-endian integer instead: its set bits are the pieces met,
+    the lowest one the first (~10x faster on AlexNet's largest feeds at 8 GPUs)."""
+    Q = hit.shape[2]
+    if Q in (2, 4, 8) and hasattr(np, "bitwise_count") and hit.flags.c_contiguous:
+        word = hit.view(np.dtype(f"<u{Q}"))[..., 0]
+        count = np.bitwise_count(word).astype(np.int64)
+        # (the lowest set bit, isolated, less one: as many ones as the bits below it,
+        # eight per piece before the first met)
+        lowest = word & (~word + np.array(1, dtype=word.dtype))
+        one = np.bitwise_count(lowest - np.array(1, dtype=word.dtype)).astype(np.int64) >> 3
+        one[count == 0] = 0
+        return count, one
+    return hit.sum(axis=2), hit.argmax(axis=2)
 
 
 def _pieces_read(cp, qi, shape):
