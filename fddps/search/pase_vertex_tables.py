@@ -624,14 +624,14 @@ def _add_links(moves, links):
         return
     if len(links) == 1:
         where, src, dst, secs, P, Q = links[0][1]
-        moves.append((where // (P * Q), src, dst, secs))
+        moves.append((_div(where, P * Q), src, dst, secs))
         return
     # Several inputs: their cells merged by (item and part, input, piece).
     Qmax = max(x[5] for _, x in links)
-    key = np.concatenate([(x[0] // x[5]) * (len(links) * Qmax) + k * Qmax + x[0] % x[5]
+    key = np.concatenate([_div(x[0], x[5]) * (len(links) * Qmax) + k * Qmax + x[0] % x[5]
                           for k, (_, x) in enumerate(links)])
     order = np.argsort(key, kind="stable")
-    item = np.concatenate([x[0] // (x[4] * x[5]) for _, x in links])[order]
+    item = np.concatenate([_div(x[0], x[4] * x[5]) for _, x in links])[order]
     src, dst, secs = [np.concatenate([x[f] for _, x in links])[order] for f in (1, 2, 3)]
     moves.append((item, src, dst, secs))
 
@@ -801,12 +801,12 @@ def _link_items(link, back, combos):
     if len(back) == combos and np.array_equal(back, np.arange(combos)):
         return link
     cells = P * Q
-    starts = np.searchsorted(where // cells, np.arange(combos + 1))
+    starts = np.searchsorted(_div(where, cells), np.arange(combos + 1))
     counts = np.diff(starts)[back]
     item = np.repeat(np.arange(len(back)), counts)
     first = np.repeat(starts[:-1][back] - (np.cumsum(counts) - counts), counts)
     cell = first + np.arange(len(item))
-    return (item * cells + where[cell] % cells, src[cell], dst[cell], secs[cell], P, Q)
+    return (item * cells + _divmod(where[cell], cells)[1], src[cell], dst[cell], secs[cell], P, Q)
 
 
 def _own_digest(obj, *names, extra=()):
@@ -1013,7 +1013,7 @@ def _feed_geometry(pc, inbox, og, lat, inv, gid, sg, memo=None):
         where = np.flatnonzero(np.logical_and(hit, far, out=far))
         if len(where):
             cp, qi = _divmod(where, Q)  # (item, part), piece
-            s = pc.first_dev.reshape(-1)[sg[_divmod(cp, P)[0]] * Q + qi]
+            s = pc.first_dev.reshape(-1)[sg[_div(cp, P)] * Q + qi]
             d = dev.reshape(-1)[cp]
             pair = s * ndev + d
             secs = lat.reshape(-1)[pair] + el.reshape(-1)[where] * item * inv.reshape(-1)[pair]
@@ -1073,6 +1073,14 @@ def _divmod(x, n):
     if n & (n - 1) == 0:
         return x >> (n.bit_length() - 1), x & (n - 1)
     return np.divmod(x, n)
+
+
+def _div(x, n):
+    """``x // n`` of non-negative integers ``x``: by a shift where ``n`` is a power of two
+    (as :func:`_divmod`)."""
+    if n & (n - 1) == 0:
+        return x >> (n.bit_length() - 1)
+    return x // n
 
 
 def _remote_rows(pc):
