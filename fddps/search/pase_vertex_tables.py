@@ -642,6 +642,10 @@ def _sums(index, weights, n):
     return np.bincount(index, weights=weights, minlength=n)
 
 
+#: From this many row ids on, :func:`_valuer` keeps a table's rows and devices narrowed.
+_NARROWED_CELLS = 1 << 14
+
+
 def _valuer(steps, moves, C, ndev):
     """``value(costs)``: per configuration (pair), its busiest device's seconds (``steps``'
     rows summed in order) plus its busiest link's (``moves``' seconds summed in order)."""
@@ -657,9 +661,10 @@ def _valuer(steps, moves, C, ndev):
         # the sink is costed, with every other table's: in the narrowest integers that
         # hold them (AlexNet at 8 GPUs: 58 MB of int64 kept, fresh pages to fault in).
         rows = np.concatenate([r.reshape(-1, C) for r, _ in steps])
-        rows = rows.astype(np.int32) if rows.max(initial=0) < 2 ** 31 else rows
         dev = np.concatenate([d.reshape(-1, C) for _, d in steps])
-        dev = dev.astype(np.int16) if ndev < 2 ** 15 else dev
+        if rows.size >= _NARROWED_CELLS:  # (small tables: not worth the two passes)
+            rows = rows.astype(np.int32) if rows.max(initial=0) < 2 ** 31 else rows
+            dev = dev.astype(np.int16) if ndev < 2 ** 15 else dev
 
     def value(costs):
         # Each device's seconds summed in step order from 0; a step with no row adds an
