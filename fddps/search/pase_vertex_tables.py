@@ -628,8 +628,11 @@ def _add_links(moves, links):
         return
     # Several inputs: their cells merged by (item and part, input, piece).
     Qmax = max(x[5] for _, x in links)
-    key = np.concatenate([_div(x[0], x[5]) * (len(links) * Qmax) + k * Qmax + x[0] % x[5]
-                          for k, (_, x) in enumerate(links)])
+    key = []
+    for k, (_, x) in enumerate(links):
+        cell, piece = _divmod(x[0], x[5])  # ((item, part), piece)
+        key.append(cell * (len(links) * Qmax) + k * Qmax + piece)
+    key = np.concatenate(key)
     order = np.argsort(key, kind="stable")
     item = np.concatenate([_div(x[0], x[4] * x[5]) for _, x in links])[order]
     src, dst, secs = [np.concatenate([x[f] for _, x in links])[order] for f in (1, 2, 3)]
