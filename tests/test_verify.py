@@ -21,7 +21,7 @@ from costmodel import DevicePreset, default_cost_model  # noqa: E402
 from fddps.errors import FddpsError  # noqa: E402
 from fddps.tf import local_cpu_devices, make_cluster  # noqa: E402
 from fddps.tf.verify import (MIN_ROUNDS, ONE_DEVICE, distinct_finalists,  # noqa: E402
-                             interleave, verify_finalists)
+                             interleave, sign_test, verify_finalists)
 
 # Four, as tests/test_keras.py asks for (whichever module starts TensorFlow fixes them); two used.
 DEVICES = local_cpu_devices(4)[:2]
@@ -112,6 +112,30 @@ def test_the_measured_fastest_is_returned_and_failures_are_left_out():
     assert rows["broken"]["steps"] == 0 and np.isnan(rows["broken"]["measured"])
     assert rows["runner-up"]["returned"] and rows["runner-up"]["measured"] == 0.1
     assert sum(r["returned"] for r in record["finalists"]) == 1
+
+
+def test_a_spread_with_the_lower_median_must_also_win_the_rounds():
+    # The spread's median is lower and its slowest step beats the one-device median, but it
+    # won only 3 of 5 rounds: not enough to tell from noise, so the one-device graph is
+    # returned, and the record says why.
+    def timer_for():
+        steps = {"spread": iter([0.9] * 30), ONE_DEVICE: iter([1.0, 0.85] * 2 + [1.0] * 30)}
+        return lambda label, run: next(steps[label])
+
+    finalists, prepare = [("spread", 0.5), (ONE_DEVICE, 1.0)], lambda k: (lambda: None)
+    record = verify_finalists(finalists, prepare, timer=timer_for(), max_rounds=5)
+    rows = {r["label"]: r for r in record["finalists"]}
+    assert rows["spread"]["measured"] < rows[ONE_DEVICE]["measured"]
+    assert record["returned"] == ONE_DEVICE and rows[ONE_DEVICE]["returned"]
+    assert record["not_proven"] == ("spread had the lowest median but was faster than one "
+                                    "device in 3 of 5 rounds (sign test p = 0.5 > 0.1)")
+    # Given the rounds, it wins the rest; the rounds do not stop early (its slowest step
+    # beat the other's median from round 5) until the test passes: 7 of 9, p = 0.09.
+    record = verify_finalists(finalists, prepare, timer=timer_for(), budget=1e9)
+    assert record["returned"] == "spread" and record["not_proven"] == ""
+    assert record["stopped"] == "clearly best" and record["rounds"] == 9
+    assert sign_test([0.9] * 9, [1.0, 0.85] * 2 + [1.0] * 5)[:2] == (7, 9)
+    assert sign_test([1.0] * 3, [1.0] * 3) == (0, 0, 1.0)  # ties tell nothing
 
 
 def test_distinct_finalists_keep_the_one_device_graph():

@@ -29,7 +29,14 @@ How the finalists are timed (:func:`verify_finalists`):
      included) reach the budget, or after ``max_rounds`` rounds;
 
 4. the finalist with the lowest median step is returned (ties: the earlier
-   finalist, the chosen placement first). A finalist that fails to run is
+   finalist, the chosen placement first), provided that it is the one-device
+   graph or beat it by a sign test (:func:`faster_by_sign_test`): faster in
+   enough of the rounds both ran that a fair coin would do as well with
+   probability at most :data:`SIGN_TEST_ALPHA` (all 5 of 5 rounds, 8 of 10,
+   14 of 20). A lower median alone is not enough: identical graphs measured
+   a few percent apart here, and a spread chosen on noise could be slower
+   than the one device it replaced; the rounds do not stop early for a
+   leader that has not passed the test. A finalist that fails to run is
    left out, its error recorded; if none runs, the predicted best is
    returned with the reason.
 
@@ -73,6 +80,10 @@ MIN_ROUNDS = 5
 MAX_ROUNDS = 20
 #: Label of the one-device finalist.
 ONE_DEVICE = "one device"
+#: A finalist other than the one-device graph is returned only when a one-sided sign
+#: test over the rounds both ran says it is faster at this significance
+#: (:func:`faster_by_sign_test`).
+SIGN_TEST_ALPHA = 0.1
 
 
 def finalist_count(verify, default_on: bool) -> int:
@@ -190,6 +201,49 @@ def distinct_finalists(candidates, limit):
     return out
 
 
+def sign_test(times, baseline) -> tuple:
+    """One-sided sign test that ``times`` are faster than ``baseline``, round by round.
+
+    Parameters
+    ----------
+    times, baseline : sequence of float
+        Step seconds of two runs, the i-th of each timed in the same round
+        (the longer one's extra rounds are not paired and not counted).
+
+    Returns
+    -------
+    (int, int, float)
+        Rounds ``times`` was faster, rounds that were not ties, and the
+        probability that a fair coin wins at least as many of them (1.0 when
+        every round is a tie).
+
+    Examples
+    --------
+    >>> sign_test([1.0] * 5, [1.1] * 5)
+    (5, 5, 0.03125)
+    >>> sign_test([1.0, 1.0, 1.2, 1.0, 1.0], [1.1] * 5)[2]
+    0.1875
+    """
+    pairs = [(a, b) for a, b in zip(times, baseline) if a != b]
+    wins, n = sum(a < b for a, b in pairs), len(pairs)
+    p = sum(math.comb(n, j) for j in range(wins, n + 1)) / 2 ** n if n else 1.0
+    return wins, n, p
+
+
+def faster_by_sign_test(times, baseline, alpha=SIGN_TEST_ALPHA) -> bool:
+    """Whether ``times`` beat ``baseline`` in enough paired rounds (:func:`sign_test`'s
+    probability at most ``alpha``).
+
+    Examples
+    --------
+    >>> faster_by_sign_test([1.0] * 5, [1.1] * 5)
+    True
+    >>> faster_by_sign_test([1.0, 1.0, 1.2, 1.0, 1.0], [1.1] * 5)
+    False
+    """
+    return sign_test(times, baseline)[2] <= alpha
+
+
 def not_verified(finalists, reason, returned=0, budget=float("nan")) -> dict:
     """The record of a verification that did not run (``reason`` says why)."""
     rows = [dict(label=label, predicted=float(predicted), measured=float("nan"),
@@ -198,11 +252,12 @@ def not_verified(finalists, reason, returned=0, budget=float("nan")) -> dict:
             for k, (label, predicted) in enumerate(finalists)]
     return dict(finalists=rows, returned=finalists[returned][0] if finalists else "",
                 returned_index=returned, predicted_best=finalists[0][0] if finalists else "",
-                rounds=0, seconds=0.0, budget=budget, stopped="", reason=reason)
+                rounds=0, seconds=0.0, budget=budget, stopped="", reason=reason, not_proven="")
 
 
 def interleave(runs, labels, *, min_rounds=MIN_ROUNDS, max_rounds=MAX_ROUNDS, budget=None,
-               start=None, early_stop=True, timer=wall_time, clock=time.perf_counter):
+               start=None, early_stop=True, baseline=None, timer=wall_time,
+               clock=time.perf_counter):
     """Timed steps of several runs, interleaved: one step of each per round, the order rotating.
 
     Parameters
@@ -221,6 +276,9 @@ def interleave(runs, labels, *, min_rounds=MIN_ROUNDS, max_rounds=MAX_ROUNDS, bu
     early_stop : bool
         Drop clearly slower runs and stop when one is clearly best (see the
         module notes); False runs every run ``max_rounds`` times (budget permitting).
+    baseline : int, optional
+        The run a leader other than it must beat by :func:`faster_by_sign_test`
+        before the rounds stop early (the one-device graph).
     timer : callable
         ``timer(label, run) -> seconds`` of one step.
     clock : callable
@@ -259,7 +317,9 @@ def interleave(runs, labels, *, min_rounds=MIN_ROUNDS, max_rounds=MAX_ROUNDS, bu
             slower = [k for k in active if k != leader and min(times[k]) > worst]
             dropped += slower
             active = [k for k in active if k not in slower]
-            if all(worst < medians[k] for k in active if k != leader):
+            proven = (baseline is None or leader == baseline or not times[baseline]
+                      or faster_by_sign_test(times[leader], times[baseline]))
+            if proven and all(worst < medians[k] for k in active if k != leader):
                 stopped = "clearly best"
                 break
         elif early_stop:
@@ -305,7 +365,10 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
         and ``returned``; ``returned`` (label) and ``returned_index``;
         ``predicted_best`` (label); ``rounds``; ``seconds`` (all of it);
         ``budget``; ``stopped`` (why the rounds ended); ``reason`` ("" when
-        verified, else why the predicted best is returned unmeasured).
+        verified, else why the predicted best is returned unmeasured);
+        ``not_proven`` ("" unless the finalist with the lowest median was not
+        returned because it failed the sign test against the one-device graph:
+        then how many rounds it won).
     """
     start = clock()
     labels = [label for label, _ in finalists]
@@ -345,8 +408,9 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
             failed.append(k)
             return float("nan")
 
+    one = labels.index(ONE_DEVICE) if ONE_DEVICE in labels else None
     got = interleave(runs, labels, min_rounds=min_rounds, max_rounds=max_rounds, budget=budget,
-                     start=start, timer=guarded, clock=clock)
+                     start=start, baseline=one, timer=guarded, clock=clock)
     rows = []
     for k, (label, predicted) in enumerate(finalists):
         t = [x for x in got["times"][k] if math.isfinite(x)] if runs[k] is not None else []
@@ -362,11 +426,21 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
         rows[0]["returned"] = True
         record["seconds"] = clock() - start
         return record
-    best = min(ran, key=lambda k: (rows[k]["measured"], k))
+    fastest = min(ran, key=lambda k: (rows[k]["measured"], k))
+    best, kept = fastest, ""
+    if one in ran:  # a spread must beat the one-device graph round by round, not by median alone
+        proven = [k for k in ran if k == one or faster_by_sign_test(got["times"][k],
+                                                                     got["times"][one])]
+        best = min(proven, key=lambda k: (rows[k]["measured"], k))
+        if best != fastest:
+            wins, n, p = sign_test(got["times"][fastest], got["times"][one])
+            kept = (f"{labels[fastest]} had the lowest median but was faster than "
+                    f"{labels[one]} in {wins} of {n} rounds (sign test p = {p:.2g} > "
+                    f"{SIGN_TEST_ALPHA:g})")
     rows[best]["returned"] = True
     return dict(finalists=rows, returned=labels[best], returned_index=best,
                 predicted_best=labels[0], rounds=got["rounds"], seconds=clock() - start,
-                budget=budget, stopped=got["stopped"], reason="")
+                budget=budget, stopped=got["stopped"], reason="", not_proven=kept)
 
 
 def adopt(chosen, decided, record, seconds):
@@ -413,6 +487,8 @@ def describe(record, scale=1e3, unit="ms") -> list:
                  f"stopped: {record['stopped']}); returned {record['returned']}"
                  + ("" if record["returned"] == record["predicted_best"] else
                     f" (the predicted best was {record['predicted_best']})")]
+        if record.get("not_proven"):
+            lines.append(f"  not returned: {record['not_proven']}")
     width = max(len(r["label"]) for r in rows)
     lines.append(f"  {'finalist':<{width}} {'predicted ' + unit:>13} {'measured ' + unit:>12} "
                  f"{'steps':>5}")
