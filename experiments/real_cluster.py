@@ -54,6 +54,7 @@ import gzip
 import pickle
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -618,6 +619,58 @@ def agreement(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def measured_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """Per model, batch and placement (``single`` and ``+verify`` rows left out): the measured
+    and predicted (``predicted_executor``) speed-up over ``single`` of the same run, and
+    the placement's transfers (which tell whether two runs placed it alike)."""
+    out = []
+    for (model, batch), g in df[df.status == "ok"].groupby(["model", "batch"], sort=False):
+        g = g.set_index("algorithm")
+        if "single" not in g.index:
+            continue
+        for algorithm, r in g.iterrows():
+            if algorithm == "single" or algorithm.endswith(VERIFIED):
+                continue
+            out.append(dict(model=model, batch=int(batch), algorithm=algorithm,
+                            measured=g.measured["single"] / r.measured,
+                            predicted=g.predicted_executor["single"] / r.predicted_executor,
+                            transfers=r.transfers))
+    return pd.DataFrame(out, columns=["model", "batch", "algorithm", "measured", "predicted",
+                                      "transfers"])
+
+
+def run_to_run(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
+    """The same placements measured in two runs: how far their measured speed-ups moved.
+
+    A prediction can only be as close to a measured speed-up as two measurements
+    of it are to each other. Each run is scored against its own ``single`` row
+    (ratios inside a run, so the machine's drift between runs cancels); the
+    placements compared are those of both runs that move tensors between the
+    workers with the same number of transfers (the same placement: a strategy,
+    or an algorithm that placed alike).
+
+    Parameters
+    ----------
+    first, second : pandas.DataFrame
+        Two runs' rows (this module's CSVs).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Per placement: ``model``, ``batch``, ``algorithm``, ``transfers``,
+        ``measured_first``, ``measured_second`` (speed-ups over one worker),
+        ``moved`` (second / first), and the predictions ``predicted_first``,
+        ``predicted_second`` (each run's cost model was profiled in that run).
+    """
+    a, b = measured_speedups(first), measured_speedups(second)
+    both = a.merge(b, on=["model", "batch", "algorithm", "transfers"],
+                   suffixes=("_first", "_second"))
+    both = both[both.transfers > 0].reset_index(drop=True)
+    both["moved"] = both.measured_second / both.measured_first
+    return both[["model", "batch", "algorithm", "transfers", "measured_first", "measured_second",
+                 "moved", "predicted_first", "predicted_second"]]
+
+
 def _error_split(r) -> dict:
     """With a traced step: the ops' measured and predicted seconds per worker (ms), and
     how much of the prediction's error (the busier worker's ops, predicted minus
@@ -725,6 +778,11 @@ def main(argv=None):
                         help="run nothing: predict the placements of these --save-schedules "
                              "files again with the current simulator, against their measured "
                              "steps, into --out, its plot and its page")
+    parser.add_argument("--compare-with", nargs="+", default=None, metavar="CSV",
+                        help="with --from-csv or --replay: the same placements measured in "
+                             "these earlier runs' CSVs; writes how far their measured "
+                             "speed-ups moved between the runs (run_to_run) to "
+                             "<out>_run_to_run.csv and .md")
     parser.add_argument("--half-transfer-cpu", action="store_true",
                         help="place with T / 2 of CPU per end of each transfer instead of the "
                              "CPU cost fitted on concurrent transfers (reported beside, in "
@@ -737,6 +795,8 @@ def main(argv=None):
             setattr(args, key, value)
     if args.batch < 1 or args.steps < 1 or args.warmup < 1 or args.profile_steps < 1:
         parser.error("--batch, --steps, --warmup and --profile-steps must be >= 1")
+    if args.compare_with and not (args.from_csv or args.replay):
+        parser.error("--compare-with needs --from-csv or --replay (runs already measured)")
     command = "python -m experiments.real_cluster" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     if args.from_csv or args.replay:
@@ -752,6 +812,9 @@ def main(argv=None):
         runs = list(dict.fromkeys(df["command"].dropna())) if "command" in df else []
         write_markdown(df, out.with_suffix(".md"), command + "".join(
             f"`, joining the runs of `{c}" for c in runs), np.nan)
+        if args.compare_with:
+            earlier = pd.concat([pd.read_csv(f) for f in args.compare_with], ignore_index=True)
+            write_run_to_run(run_to_run(earlier, df), out, command)
         return df
     algorithms = ["single"] + [a for a in args.algorithms if a != "single"]
     t0 = time.perf_counter()
@@ -809,6 +872,26 @@ def main(argv=None):
     out = common.save_csv_and_plot(df, args.out, plot)
     write_markdown(df, out.with_suffix(".md"), command, wall)
     return df
+
+
+def write_run_to_run(moved: pd.DataFrame, out, command: str) -> Path:
+    """:func:`run_to_run`'s table as ``<out>_run_to_run.csv`` and ``.md`` (with how many
+    placements moved less than 15% and the median move); prints the summary line."""
+    out = Path(out)
+    csv = out.with_name(out.stem + "_run_to_run.csv")
+    moved.to_csv(csv, index=False)
+    dev = (moved.moved - 1).abs()
+    line = (f"{int((dev <= 0.15).sum())} of {len(moved)} placements' measured speed-ups moved "
+            f"at most 15% between the runs (median {dev.median():.1%}, largest "
+            f"{dev.max():.1%})" if len(moved) else "no placement measured in both runs")
+    print(line)
+    table = moved.assign(**{c: moved[c].map("{:.3f}".format) for c in
+                            ("measured_first", "measured_second", "moved", "predicted_first",
+                             "predicted_second")})
+    csv.with_suffix(".md").write_text(
+        f"Command: `{command}`.\n\n{line}.\n\n{common.markdown_table(table)}\n")
+    print(f"results: {csv}, {csv.with_suffix('.md')}")
+    return csv
 
 
 def _cpu_model() -> str:

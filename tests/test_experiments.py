@@ -288,6 +288,36 @@ def test_real_cluster_agreement_scores_speedups_as_ratios():
     assert r["one_worker_rows"] == 1 and r["one_worker_spread"] == pytest.approx(0.0)  # b
 
 
+def test_real_cluster_run_to_run_compares_the_same_placements(tmp_path):
+    from experiments import real_cluster
+
+    def run(rows):
+        return pd.DataFrame([dict(model="m", batch=8, algorithm=a, status="ok",
+                                  predicted=t, predicted_executor=t, measured=m, transfers=k,
+                                  ops_worker0=10, ops_worker1=5 if k else 0, command="x")
+                             for a, t, m, k in rows])
+
+    first = run([("single", 1.0, 1.0, 0), ("a", 2.0, 2.0, 30), ("b", 4.0, 4.0, 50),
+                 ("c", 1.0, 1.0, 0), ("d", 3.0, 3.0, 7)])
+    # Second run: the whole machine 10% slower (cancels), a's ratio moved 20%, d placed
+    # differently (other transfers: not the same placement), c on one worker (not compared).
+    second = run([("single", 1.1, 1.1, 0), ("a", 2.2, 1.1 * 2.0 / 1.2, 30),
+                  ("b", 4.4, 4.4, 50), ("c", 1.1, 1.1, 0), ("d", 3.3, 3.3, 9),
+                  ("a+verify", 1.1, 1.1, 0)])
+    moved = real_cluster.run_to_run(first, second)
+    assert list(moved.algorithm) == ["a", "b"]
+    assert moved.moved.tolist() == pytest.approx([1.2, 1.0])
+    assert moved.measured_first.tolist() == pytest.approx([0.5, 0.25])
+    assert moved.predicted_second.tolist() == pytest.approx([0.5, 0.25])
+    # Written beside --out (--compare-with), its summary line on the page.
+    real_cluster.write_run_to_run(moved, tmp_path / "rc.csv", "cmd")
+    text = (tmp_path / "rc_run_to_run.md").read_text()
+    assert "1 of 2 placements' measured speed-ups moved at most 15%" in text
+    assert len(pd.read_csv(tmp_path / "rc_run_to_run.csv")) == 2
+    with pytest.raises(SystemExit):  # nothing measured to compare
+        real_cluster.main(["--compare-with", str(tmp_path / "first.csv")])
+
+
 @pytest.mark.slow
 def test_real_cluster_can_place_with_the_concurrent_transfer_cost(tmp_path):
     pytest.importorskip("tensorflow")
