@@ -885,9 +885,9 @@ def write_run_to_run(moved: pd.DataFrame, out, command: str) -> Path:
             f"at most 15% between the runs (median {dev.median():.1%}, largest "
             f"{dev.max():.1%})" if len(moved) else "no placement measured in both runs")
     print(line)
-    table = moved.assign(**{c: moved[c].map("{:.3f}".format) for c in
-                            ("measured_first", "measured_second", "moved", "predicted_first",
-                             "predicted_second")})
+    ratios = ("measured_first", "measured_second", "moved", "predicted_first", "predicted_second")
+    table = moved.assign(transfers=moved.transfers.astype(int),
+                         **{c: moved[c].map("{:.3f}".format) for c in ratios})
     csv.with_suffix(".md").write_text(
         f"Command: `{command}`.\n\n{line}.\n\n{common.markdown_table(table)}\n")
     print(f"results: {csv}, {csv.with_suffix('.md')}")
