@@ -20,8 +20,8 @@ import fddps  # noqa: E402
 from costmodel import DevicePreset, default_cost_model  # noqa: E402
 from fddps.errors import FddpsError  # noqa: E402
 from fddps.tf import local_cpu_devices, make_cluster  # noqa: E402
-from fddps.tf.verify import (MIN_ROUNDS, ONE_DEVICE, distinct_finalists,  # noqa: E402
-                             interleave, sign_test, verify_finalists)
+from fddps.tf.verify import (MIN_ROUNDS, ONE_DEVICE, describe,  # noqa: E402
+                             distinct_finalists, interleave, sign_test, verify_finalists)
 
 # Four, as tests/test_keras.py asks for (whichever module starts TensorFlow fixes them); two used.
 DEVICES = local_cpu_devices(4)[:2]
@@ -136,6 +136,28 @@ def test_a_spread_with_the_lower_median_must_also_win_the_rounds():
     assert record["stopped"] == "clearly best" and record["rounds"] == 9
     assert sign_test([0.9] * 9, [1.0, 0.85] * 2 + [1.0] * 5)[:2] == (7, 9)
     assert sign_test([1.0] * 3, [1.0] * 3) == (0, 0, 1.0)  # ties tell nothing
+
+
+def test_runners_up_are_built_only_while_the_budget_lasts():
+    # Building a finalist takes 2 s, the budget is 1.5 s: the chosen placement and the
+    # one-device graph are built all the same; the runner-up, whose turn comes after
+    # the budget is spent, is not (and says so).
+    now, built = [0.0], []
+
+    def prepare(k):
+        now[0] += 2.0
+        built.append(k)
+        return lambda: None
+
+    finalists = [("chosen", 1.0), ("runner-up", 1.1), (ONE_DEVICE, 2.0)]
+    record = verify_finalists(finalists, prepare, budget=1.5, clock=lambda: now[0],
+                              timer=_stub({"chosen": 0.5, ONE_DEVICE: 1.0, "runner-up": 0.1}))
+    rows = {r["label"]: r for r in record["finalists"]}
+    assert built == [0, 2] and rows["runner-up"]["skipped"] and rows["runner-up"]["steps"] == 0
+    assert record["returned"] == "chosen" and not rows["chosen"]["skipped"]
+    assert rows[ONE_DEVICE]["steps"] == rows["chosen"]["steps"] >= MIN_ROUNDS
+    lines = "\n".join(describe(record))
+    assert "runner-up" in lines and "not timed: the budget was spent building the others" in lines
 
 
 def test_distinct_finalists_keep_the_one_device_graph():

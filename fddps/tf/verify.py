@@ -11,7 +11,9 @@ How the finalists are timed (:func:`verify_finalists`):
 
 1. each finalist is prepared: its graph is built and run once (the first step
    partitions the graph, runs Grappler and allocates: not timed), then
-   ``warmup`` more untimed steps;
+   ``warmup`` more untimed steps. The chosen placement and the one-device
+   graph always are; a runner-up only if the budget is not yet spent (on
+   NASNet-A Large, building three finalists' sessions took 80-90 s);
 2. rounds follow, in which every finalist still in the race runs one timed
    step, the order rotating from round to round (as
    ``experiments.real_cluster`` does), so that whatever the machine does
@@ -248,7 +250,7 @@ def not_verified(finalists, reason, returned=0, budget=float("nan")) -> dict:
     """The record of a verification that did not run (``reason`` says why)."""
     rows = [dict(label=label, predicted=float(predicted), measured=float("nan"),
                  min=float("nan"), max=float("nan"), steps=0, first_step=float("nan"),
-                 error="", returned=k == returned)
+                 error="", returned=k == returned, skipped=False)
             for k, (label, predicted) in enumerate(finalists)]
     return dict(finalists=rows, returned=finalists[returned][0] if finalists else "",
                 returned_index=returned, predicted_best=finalists[0][0] if finalists else "",
@@ -361,8 +363,9 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
     dict
         ``finalists``: per finalist ``label``, ``predicted``, ``measured``
         (median timed step), ``min``, ``max``, ``steps`` (timed), ``first_step``
-        (seconds to build and run the first step), ``error`` ("" when it ran)
-        and ``returned``; ``returned`` (label) and ``returned_index``;
+        (seconds to build and run the first step), ``error`` ("" when it ran),
+        ``skipped`` (a runner-up not built: the budget was spent before its
+        turn) and ``returned``; ``returned`` (label) and ``returned_index``;
         ``predicted_best`` (label); ``rounds``; ``seconds`` (all of it);
         ``budget``; ``stopped`` (why the rounds ended); ``reason`` ("" when
         verified, else why the predicted best is returned unmeasured);
@@ -372,8 +375,17 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
     """
     start = clock()
     labels = [label for label, _ in finalists]
-    runs, first, errors = [], [], []
+    one = labels.index(ONE_DEVICE) if ONE_DEVICE in labels else None
+    runs, first, errors, skipped = [], [], [], set()
     for k in range(len(finalists)):
+        if k not in (0, one) and clock() - start >= budget:
+            # The chosen placement and the one-device graph are always timed; a runner-up
+            # only while the budget lasts (a large graph's session takes seconds to build).
+            runs.append(None)
+            errors.append("")
+            first.append(float("nan"))
+            skipped.add(k)
+            continue
         t0 = clock()
         try:
             run = prepare(k)
@@ -408,7 +420,6 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
             failed.append(k)
             return float("nan")
 
-    one = labels.index(ONE_DEVICE) if ONE_DEVICE in labels else None
     got = interleave(runs, labels, min_rounds=min_rounds, max_rounds=max_rounds, budget=budget,
                      start=start, baseline=one, timer=guarded, clock=clock)
     rows = []
@@ -417,7 +428,8 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
         rows.append(dict(label=label, predicted=float(predicted),
                          measured=statistics.median(t) if t else float("nan"),
                          min=min(t) if t else float("nan"), max=max(t) if t else float("nan"),
-                         steps=len(t), first_step=first[k], error=errors[k], returned=False))
+                         steps=len(t), first_step=first[k], error=errors[k], returned=False,
+                         skipped=k in skipped))
     ran = [k for k, row in enumerate(rows) if row["steps"] > 0 and not row["error"]]
     if not ran:
         record = not_verified(finalists, f"no finalist could run: {labels[0]}: {errors[0]}",
@@ -498,6 +510,8 @@ def describe(record, scale=1e3, unit="ms") -> list:
         note = "  <- returned" if r["returned"] else ""
         if r["error"]:
             note += f"  (could not run: {r['error']})"
+        elif r.get("skipped"):
+            note += "  (not timed: the budget was spent building the others)"
         lines.append(f"  {r['label']:<{width}} {r['predicted'] * scale:>13.4g} {measured} "
                      f"{r['steps']:>5}{note}")
     return lines
