@@ -439,20 +439,20 @@ def verify_finalists(finalists, prepare, *, budget=DEFAULT_BUDGET, timer=wall_ti
         record["seconds"] = clock() - start
         return record
     fastest = min(ran, key=lambda k: (rows[k]["measured"], k))
-    best, kept = fastest, ""
+    best, refused = fastest, ""
     if one in ran:  # a spread must beat the one-device graph round by round, not by median alone
         proven = [k for k in ran if k == one or faster_by_sign_test(got["times"][k],
                                                                      got["times"][one])]
         best = min(proven, key=lambda k: (rows[k]["measured"], k))
         if best != fastest:
             wins, n, p = sign_test(got["times"][fastest], got["times"][one])
-            kept = (f"{labels[fastest]} had the lowest median but was faster than "
-                    f"{labels[one]} in {wins} of {n} rounds (sign test p = {p:.2g} > "
-                    f"{SIGN_TEST_ALPHA:g})")
+            refused = (f"{labels[fastest]} had the lowest median but was faster than "
+                       f"{labels[one]} in {wins} of {n} rounds (sign test p = {p:.2g} > "
+                       f"{SIGN_TEST_ALPHA:g})")
     rows[best]["returned"] = True
     return dict(finalists=rows, returned=labels[best], returned_index=best,
                 predicted_best=labels[0], rounds=got["rounds"], seconds=clock() - start,
-                budget=budget, stopped=got["stopped"], reason="", not_proven=kept)
+                budget=budget, stopped=got["stopped"], reason="", not_proven=refused)
 
 
 def adopt(chosen, decided, record, seconds):
