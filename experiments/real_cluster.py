@@ -77,7 +77,10 @@ PREDICTIONS = {"predicted": "place()'s schedule",
                "predicted_tf_order_transfer_cpu": "TF order, concurrent-transfer CPU cost",
                "predicted_many_at_once": "the same, each transfer at the many-at-once cost "
                                          "(not amortised over the transfers in flight)",
-               "predicted_channels": "TF order, that cost, FIFO gRPC channels"}
+               "predicted_channels": "TF order, that cost, FIFO gRPC channels",
+               "predicted_transfer_threads": "place()'s prediction, each worker's sends and "
+                                             "receives on a thread of its own sharing the "
+                                             "machine's cores with the ops"}
 #: Strategies run with ``place(..., strategy=...)``: those of the strategy layer
 #: (``fddps.strategy``) and ``head_data_parallel``, written here for the networks of
 #: :data:`TAIL_SCOPES`.
@@ -298,7 +301,8 @@ def replay(saved) -> pd.DataFrame:
     Each saved placement keeps its measured step and what it was predicted from
     (``graph``, ``device``, ``order``, ``cluster``, ``cpu_cluster``): the prediction
     columns that come from the simulator (``predicted_executor``, ``predicted_tf_order``,
-    ``predicted_tf_order_transfer_cpu``, ``predicted_many_at_once``, ``predicted_channels``)
+    ``predicted_tf_order_transfer_cpu``, ``predicted_many_at_once``, ``predicted_channels``,
+    ``predicted_transfer_threads``)
     are recomputed, so a change to the executor or transfer model is scored against
     steps already measured, without the cluster. The placements themselves are not made again: what ``place()``
     would now choose needs a fresh run.
@@ -323,9 +327,24 @@ def replay(saved) -> pd.DataFrame:
         row.update(predicted_executor=tf_order, predicted_tf_order=tf_order,
                    predicted_tf_order_transfer_cpu=_tf_order(schedule, cpu, enforced),
                    predicted_many_at_once=_tf_order(schedule, cpu, enforced, False),
-                   predicted_channels=_tf_order(schedule, _with_channels(cpu), enforced))
+                   predicted_channels=_tf_order(schedule, _with_channels(cpu), enforced),
+                   predicted_transfer_threads=_tf_order(schedule, _with_transfer_threads(cluster),
+                                                        enforced))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _with_transfer_threads(cluster):
+    """``cluster`` with its workers' CPU devices sharing this machine's cores, one thread
+    each (the workers' inter-op threads), and sending and receiving on a thread of their
+    own beside them (``SharedCores.transfer_threads``: the workers' gRPC threads)."""
+    from fddps.cluster import SharedCores
+    from fddps.tf.devices import usable_cores
+
+    cpus = tuple(d.name for d in cluster.devices if d.type == "CPU")
+    return cluster.with_sharing([SharedCores(cpus, cores=usable_cores(), threads=1.0,
+                                             name="cores of this machine",
+                                             transfer_threads=True)])
 
 
 def _with_channels(cluster):
@@ -476,6 +495,10 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                            # And transfers queued first in first out on one gRPC channel
                            # per pair of workers (fddps.tf.devices.grpc_channels).
                            predicted_channels=_tf_order(s, _with_channels(cpu_cluster), enforced),
+                           # place()'s prediction with the workers' gRPC threads sending
+                           # and receiving beside their ops, on the machine's cores.
+                           predicted_transfer_threads=_tf_order(
+                               s, _with_transfer_threads(p.cluster), enforced),
                            order_edges=p.info.get("order_edges_added", 0),
                            ops_split=p.info.get("ops_split", len(s.info.get("splits") or [])),
                            chosen=str(p.info.get("search", p.info.get("strategy", ""))),

@@ -15,7 +15,9 @@ Shared hardware (both optional; without them the model above is exact):
   host's cores). Each device's op times are for it running *alone* with its
   ``threads`` threads; when ops of several devices of the group run at once the
   simulator slows them down so that together they never use more than
-  ``cores`` (processor sharing, :mod:`fddps.simulate`).
+  ``cores`` (processor sharing, :mod:`fddps.simulate`). With
+  ``transfer_threads``, the devices' sends and receives run on a thread of
+  their own beside the ops, sharing the same cores (a worker's gRPC threads).
 - :class:`LinkResource`: a network interface, PCIe switch uplink or PCIe lane
   with a bandwidth, and the ordered device pairs whose transfers cross it
   (:mod:`fddps.topology` builds them for common machines). Transfers crossing
@@ -75,12 +77,21 @@ class SharedCores:
         pool they all share, usually ``cores`` itself.
     name : str
         What the cores are (for messages and summaries).
+    transfer_threads : bool
+        Whether the devices' compute-charged sends and receives
+        (``Cluster.transfer_compute``) run on a thread of their own, one per
+        device, that shares these cores with the ops, instead of in the
+        device's queue of ops. So a TensorFlow worker's gRPC threads do:
+        they encode and parse tensors while the worker's inter-op thread
+        computes, and use a core the ops leave idle. Default False: the
+        device does its transfers between its ops.
     """
 
     devices: tuple
     cores: float
     threads: object = None
     name: str = "cores"
+    transfer_threads: bool = False
 
     def threads_of(self, k: int) -> float:
         """Threads the ``k``-th device of the group wants (default: all ``cores``)."""
@@ -228,7 +239,8 @@ class Cluster:
         self.speed = np.array([d.speed for d in self.devices], dtype=np.float64)
         self._set_sharing(tuple(shared_cores), tuple(link_resources))
         for arr in (self.bandwidth, self.latency, self.inv_bandwidth, self.memory, self.speed,
-                    self.transfer_compute, self.core_group, self.threads, self.slowdown):
+                    self.transfer_compute, self.core_group, self.threads, self.slowdown,
+                    self.transfer_thread):
             arr.setflags(write=False)
 
     def _set_sharing(self, shared_cores, link_resources):
@@ -237,6 +249,7 @@ class Cluster:
         self.shared_cores, self.link_resources = shared_cores, link_resources
         self.core_group = np.full(m, -1, dtype=np.int64)
         self.threads = np.zeros(m)
+        self.transfer_thread = np.zeros(m, dtype=bool)
         self.group_cores = []
         for g, grp in enumerate(shared_cores):
             if not isinstance(grp, SharedCores):
@@ -253,6 +266,7 @@ class Cluster:
                     raise ClusterError(f"device {name!r} of shared cores {grp.name!r} wants "
                                        f"{t!r} threads; need a number > 0")
                 self.core_group[k], self.threads[k] = g, t
+                self.transfer_thread[k] = bool(grp.transfer_threads)
             self.group_cores.append(float(grp.cores))
         # What a list scheduler charges: every device of a group busy at once
         # gets its share of the cores (>= 1: a device alone is never faster).

@@ -8,6 +8,7 @@ import fddps
 from fddps import Cluster, Device, OpGraph
 from fddps.cluster import SharedCores
 from fddps.errors import ClusterError, FddpsError
+from fddps.simulate import replay
 from fddps.generators import training_graph
 from fddps.tf.comm_bench import fit_transfer_cpu
 
@@ -132,3 +133,56 @@ def test_a_profiled_cost_model_keeps_the_transfer_cpu_of_its_measured_links():
         costmodel.fit_cost_model(transfer_cpu=cpu.assign(dst=w2))
     with pytest.raises(costmodel.CostModelError, match="go together"):
         costmodel.LinkPreset("x", 1e-3, 1e9, cpu_latency=1e-4)
+
+
+def _threaded_pair(transfer_threads):
+    return cpu_pair().with_sharing([SharedCores(("cpu0", "cpu1"), cores=2, threads=1,
+                                                transfer_threads=transfer_threads)])
+
+
+def test_transfer_threads_send_and_receive_beside_the_ops_on_the_shared_cores():
+    """a (cpu0) sends 0.2 s worth of tensor to b (cpu1); c follows a on cpu0 and d runs on
+    cpu1 throughout. In the device queue the send (0.1 s per end) delays c; on a transfer
+    thread it runs beside c and d, three threads on two cores, so all three slow to 2/3."""
+    nbytes = 0.2 * BW - LAT * BW  # T = 0.2 s
+    g = OpGraph(["a", "b", "c", "d"], cost=[1.0, 1.0, 1.0, 2.0],
+                edges=[("a", "b", nbytes), ("a", "c", 0.0)])
+    device, order = [0, 1, 0, 1], [[0, 2], [3, 1]]
+    _, queued = replay(g, _threaded_pair(False), device, order)
+    assert queued[2] == pytest.approx(2.1)             # a, its send, then c
+    trace = []
+    start, finish = replay(g, _threaded_pair(True), device, order, trace=trace)
+    # 1.0-1.15: c, d and the send at 2/3 (0.1 s of work); 1.15-1.3: c, d and the receive;
+    # then c and d at full speed: c has 1 - 0.2 left, d 2 - 1 - 0.2.
+    assert finish[2] == pytest.approx(2.1) and finish[3] == pytest.approx(2.1)
+    assert start[1] == pytest.approx(2.1) and finish[1] == pytest.approx(3.1)
+    rates = {}
+    for k, (t, task, r) in enumerate(trace):
+        rates[task] = r
+        if k + 1 == len(trace) or trace[k + 1][0] > t:  # every change at this instant made
+            assert sum(rates.values()) <= 2 + 1e-9      # never more than the two cores
+    assert any(r == pytest.approx(2 / 3) for _, _, r in trace)
+    # With a core to spare the transfer costs cpu0 nothing: c ends 1 s after a.
+    spare = cpu_pair().with_sharing([SharedCores(("cpu0", "cpu1"), cores=3, threads=1,
+                                                 transfer_threads=True)])
+    assert replay(g, spare, device, order)[1][2] == pytest.approx(2.0)
+
+
+def test_transfer_threads_are_kept_by_make_cluster_and_simulate_counts_them_on_their_device():
+    import costmodel
+    from fddps.tf import make_cluster
+    from fddps.tf.devices import task_sharing
+
+    cm = costmodel.default_cost_model()
+    workers = make_cluster([f"/job:worker/replica:0/task:{k}/device:CPU:0" for k in range(2)], cm)
+    spec = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    assert not task_sharing(workers.devices, spec, 1)[0].transfer_threads
+    threaded = workers.with_sharing(task_sharing(workers.devices, spec, 1, transfer_threads=True))
+    assert threaded.transfer_thread.tolist() == [True, True]
+    assert make_cluster(threaded, cm).transfer_thread.tolist() == [True, True]  # renamed, kept
+    assert not _threaded_pair(False).transfer_thread.any()
+    g = OpGraph(["a", "b"], cost=[1.0, 1.0], edges=[("a", "b", 1e6)])
+    t = fddps.simulate(g, _threaded_pair(True), {"a": "cpu0", "b": "cpu1"})
+    # Busy: each device's op, plus its end of the transfer (T / 2 = 1 ms each).
+    assert t.busy.tolist() == pytest.approx([1.0 + 1e-3, 1.0 + 1e-3])
+    assert t.makespan == pytest.approx(2.0 + 2e-3)

@@ -316,7 +316,7 @@ def _address_host(address: str) -> str:
     return address.rsplit(":", 1)[0] if address.count(":") == 1 else address
 
 
-def task_sharing(devices, cluster_spec, threads_per_task=None) -> list:
+def task_sharing(devices, cluster_spec, threads_per_task=None, transfer_threads=False) -> list:
     """The :class:`~fddps.cluster.SharedCores` of worker tasks that run on this machine.
 
     Tasks of a TensorFlow cluster are separate processes, but those started on
@@ -334,6 +334,11 @@ def task_sharing(devices, cluster_spec, threads_per_task=None) -> list:
     threads_per_task : int or mapping of host -> int, optional
         Intra-op threads of each task's ops (what its op times are for);
         default every usable core (TensorFlow's default).
+    transfer_threads : bool
+        Whether the tasks' sends and receives run on threads of their own
+        (gRPC's) that share the cores with the ops
+        (``SharedCores.transfer_threads``). Default False: in each device's
+        queue, between its ops.
 
     Returns
     -------
@@ -375,7 +380,8 @@ def task_sharing(devices, cluster_spec, threads_per_task=None) -> list:
     else:
         threads = float(threads_per_task or cores)
     return [SharedCores(tuple(d.name for d in members), cores=cores, threads=threads,
-                        name=f"cores of this machine ({len({d.host for d in members})} tasks)")]
+                        name=f"cores of this machine ({len({d.host for d in members})} tasks)",
+                        transfer_threads=bool(transfer_threads))]
 
 
 def nic_per_host(cluster) -> list:
@@ -444,7 +450,7 @@ def grpc_channels(cluster) -> list:
 
 def make_cluster(devices, cost_model, memory=None, *, session_config=None, share_cores=True,
                  topology="auto", cluster_spec=None, threads_per_task=None,
-                 channels=False) -> Cluster:
+                 transfer_threads=False, channels=False) -> Cluster:
     """A :class:`Cluster` of TensorFlow devices, links from the cost model.
 
     Parameters
@@ -479,6 +485,10 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
         ``share_cores``). Ignored when ``devices`` is a Cluster.
     threads_per_task : int or mapping of task -> int, optional
         See :func:`task_sharing`.
+    transfer_threads : bool
+        Whether those tasks send and receive on threads of their own that
+        share the machine's cores with their ops (:func:`task_sharing`).
+        Default False.
     channels : bool
         Whether transfers between tasks queue first in first out on one gRPC
         channel per pair of tasks (:func:`grpc_channels`). Default False:
@@ -527,7 +537,7 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
                           host=host_of(spec)))
     if given is not None:
         rename = dict(zip(names, normal))
-        groups = [SharedCores(tuple(rename[n] for n in grp.devices), grp.cores, grp.threads, grp.name)
+        groups = [dataclasses.replace(grp, devices=tuple(rename[n] for n in grp.devices))
                   for grp in given.shared_cores]
         links = [dataclasses.replace(r, pairs=frozenset((rename[a], rename[b]) for a, b in r.pairs))
                  for r in given.link_resources]
@@ -536,7 +546,7 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
                                  transfer_cpu=getattr(cost_model, "transfer_cpu", None))
     groups = local_cpu_sharing(out, session_config) if share_cores else []
     if cluster_spec is not None:
-        groups = groups + task_sharing(out, cluster_spec, threads_per_task)
+        groups = groups + task_sharing(out, cluster_spec, threads_per_task, transfer_threads)
     if topology == "auto":
         links = nic_per_host(cluster)
     elif topology is None:
