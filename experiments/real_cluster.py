@@ -726,7 +726,9 @@ def plot(df: pd.DataFrame, path):
                ("predicted_transfer_cpu", "o", "tab:green",
                 "predicted (CPU cost of concurrent transfers)"),
                ("predicted_tf_order_transfer_cpu", "^", "tab:red",
-                "predicted (that cost, TensorFlow's executor order)")]
+                "predicted (that cost, TensorFlow's executor order)"),
+               ("predicted_transfer_threads", "v", "tab:purple",
+                "predicted (that, transfers on gRPC threads sharing the cores)")]
     for ax, (model, batch) in zip(axes.flat, models):
         g = ok[(ok.model == model) & (ok.batch == batch)]
         x = np.arange(len(g))

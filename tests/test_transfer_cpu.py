@@ -180,6 +180,11 @@ def test_transfer_threads_are_kept_by_make_cluster_and_simulate_counts_them_on_t
     threaded = workers.with_sharing(task_sharing(workers.devices, spec, 1, transfer_threads=True))
     assert threaded.transfer_thread.tolist() == [True, True]
     assert make_cluster(threaded, cm).transfer_thread.tolist() == [True, True]  # renamed, kept
+    names = list(workers.names)
+    assert make_cluster(names, cm, cluster_spec=spec, threads_per_task=1,
+                        transfer_threads=True).transfer_thread.all()
+    with pytest.raises(ClusterError, match="transfer_threads=True needs cluster_spec"):
+        make_cluster(names, cm, transfer_threads=True)
     assert not _threaded_pair(False).transfer_thread.any()
     g = OpGraph(["a", "b"], cost=[1.0, 1.0], edges=[("a", "b", 1e6)])
     t = fddps.simulate(g, _threaded_pair(True), {"a": "cpu0", "b": "cpu1"})

@@ -505,7 +505,8 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
     ------
     ClusterError
         On an empty device list, a malformed or unknown device string (named),
-        two strings naming one device, or a bad memory value.
+        two strings naming one device, a bad memory value, or
+        ``transfer_threads`` without a ``cluster_spec``.
     """
     if isinstance(devices, Cluster):
         given = devices
@@ -547,6 +548,9 @@ def make_cluster(devices, cost_model, memory=None, *, session_config=None, share
     groups = local_cpu_sharing(out, session_config) if share_cores else []
     if cluster_spec is not None:
         groups = groups + task_sharing(out, cluster_spec, threads_per_task, transfer_threads)
+    elif transfer_threads:
+        raise ClusterError("transfer_threads=True needs cluster_spec: it is set on the tasks "
+                           "the spec places on this machine")
     if topology == "auto":
         links = nic_per_host(cluster)
     elif topology is None:
