@@ -368,8 +368,8 @@ class Cluster:
             if members:
                 threads = (tuple(grp.threads[j] for j in members)
                            if isinstance(grp.threads, (tuple, list)) else grp.threads)
-                groups.append(SharedCores(tuple(grp.devices[j] for j in members), grp.cores,
-                                          threads, grp.name))
+                groups.append(dataclasses.replace(grp, devices=tuple(grp.devices[j] for j in members),
+                                                  threads=threads))
         resources = []
         for res in self.link_resources:
             pairs = frozenset((a, b) for a, b in res.pairs if a in keep and b in keep)

@@ -186,6 +186,7 @@ def test_transfer_threads_are_kept_by_make_cluster_and_simulate_counts_them_on_t
     with pytest.raises(ClusterError, match="transfer_threads=True needs cluster_spec"):
         make_cluster(names, cm, transfer_threads=True)
     assert not _threaded_pair(False).transfer_thread.any()
+    assert _threaded_pair(True).subset(["cpu1"]).transfer_thread.tolist() == [True]
     g = OpGraph(["a", "b"], cost=[1.0, 1.0], edges=[("a", "b", 1e6)])
     t = fddps.simulate(g, _threaded_pair(True), {"a": "cpu0", "b": "cpu1"})
     # Busy: each device's op, plus its end of the transfer (T / 2 = 1 ms each).
