@@ -240,6 +240,15 @@ def amortised_shares(flow, start, finish, cluster):
     return share + (alone - share) / np.maximum(in_flight, 1.0)
 
 
+def _on_transfer_threads(flow, cluster):
+    """Per task of ``flow``: whether it is a send or receive of a device with a transfer
+    thread (``Cluster.transfer_thread``)."""
+    on = np.zeros(flow.total, dtype=bool)
+    for tasks in (flow.sends, flow.recvs):
+        on[tasks[cluster.transfer_thread[flow.dev[tasks]]]] = True
+    return on
+
+
 def _transfer_lanes(flow, order, cluster):
     """Per-device task ``order`` with the sends and receives of devices that have
     a transfer thread (``Cluster.transfer_thread``) moved to lanes of their own,
@@ -261,12 +270,9 @@ def _transfer_lanes(flow, order, cluster):
     list of arrays of int: the devices' lanes, then one lane per device with
     a transfer thread (possibly empty).
     """
-    threaded = cluster.transfer_thread
-    if flow.sends.size == 0 or not threaded.any():
+    moved = _on_transfer_threads(flow, cluster)
+    if not moved.any():
         return order
-    moved = np.zeros(flow.total, dtype=bool)
-    moved[flow.sends[threaded[flow.dev[flow.sends]]]] = True
-    moved[flow.recvs[threaded[flow.dev[flow.recvs]]]] = True
     lanes = [np.asarray(seq, dtype=np.int64) for seq in order]
     return [seq[~moved[seq]] for seq in lanes] + [seq[moved[seq]] for seq in lanes]
 
@@ -371,10 +377,8 @@ def _run_shared(flow, order, cluster, trace=None):
     dev = flow.dev.tolist()
     group = [int(cluster.core_group[d]) if d >= 0 else -1 for d in dev]
     threads = [float(cluster.threads[d]) if d >= 0 else 0.0 for d in dev]
-    if flow.sends.size and cluster.transfer_thread.any():
-        for i in np.concatenate([flow.sends, flow.recvs]).tolist():
-            if cluster.transfer_thread[dev[i]]:
-                threads[i] = 1.0  # a gRPC thread, not the device's intra-op pool
+    for i in np.flatnonzero(_on_transfer_threads(flow, cluster)).tolist():
+        threads[i] = 1.0  # a gRPC thread, not the device's intra-op pool
     cores = cluster.group_cores
     members = [set() for _ in cores]
     wire_of = {}

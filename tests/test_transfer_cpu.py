@@ -8,8 +8,8 @@ import fddps
 from fddps import Cluster, Device, OpGraph
 from fddps.cluster import SharedCores
 from fddps.errors import ClusterError, FddpsError
-from fddps.simulate import replay
 from fddps.generators import training_graph
+from fddps.simulate import replay
 from fddps.tf.comm_bench import fit_transfer_cpu
 
 LAT, BW = 1e-3, 1e9  # one transfer alone: T = 1 ms + bytes / 1 GB/s
