@@ -233,7 +233,7 @@ def _size_curve(x, eff) -> list:
 
 
 def fit_cpu_preset(measured: pd.DataFrame, base: DevicePreset | None = None, *,
-                   name: str = "cpu") -> DevicePreset:
+                   name: str = "cpu", timed_by: str = "costmodel.calibrate_cpu") -> DevicePreset:
     """A CPU preset fitted to op times measured on this machine (see the module notes).
 
     Parameters
@@ -244,6 +244,10 @@ def fit_cpu_preset(measured: pd.DataFrame, base: DevicePreset | None = None, *,
     base : DevicePreset, optional
         The analytic preset whose peak FLOP/s and memory size are kept (default
         :func:`costmodel.cpu_preset` of the cores this process may use).
+    name : str
+        The fitted preset's name.
+    timed_by : str
+        What timed the ops, for the preset's ``source``.
 
     Returns
     -------
@@ -302,7 +306,7 @@ def fit_cpu_preset(measured: pd.DataFrame, base: DevicePreset | None = None, *,
                   else base.memory_efficiency)
     source = (f"{base.source.split(';')[0]}; calibrated on this machine "
               f"({time.strftime('%Y-%m-%d %H:%M')}, {int(ok.sum())} ops timed by "
-              f"costmodel.calibrate_cpu): overhead {overhead * 1e6:.3g} us per op, streaming "
+              f"{timed_by}): overhead {overhead * 1e6:.3g} us per op, streaming "
               f"bandwidth {bandwidth / 1e9:.3g} GB/s, efficiencies by op size per class")
     return replace(base, name=name, overhead=overhead, memory_bandwidth=bandwidth,
                    compute_efficiency=compute_eff, memory_efficiency=memory_eff,

@@ -28,6 +28,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 
 from .base import CostModel, default_cost_model
+from .calibrate import fit_cpu_preset
 from .devices import parse_device
 from .errors import CostModelError
 from .hardware import NO_WORK_OPS, DevicePreset, LinkPreset, op_features
@@ -35,6 +36,13 @@ from .hardware import NO_WORK_OPS, DevicePreset, LinkPreset, op_features
 #: Features of the per-op-type regression, in this order.
 FEATURES = ("flops", "input_bytes", "output_bytes")
 _TIMED_STATUSES = ("timed",)
+#: How far, in decades of work, an op type's measured/preset ratio is trusted
+#: beyond the sizes it was measured at (the width of one size group of
+#: :func:`costmodel.calibrate.fit_cpu_preset`); it fades to 1 (the calibrated
+#: preset alone) over that distance. Three ~200 KB ``Slice`` ops of ResNet-50
+#: timed at twice the preset made every 4.7 MB weight slice of a
+#: parameter-split strategy cost twice its measured time.
+RATIO_REACH = 1.0
 
 
 def _work(x: np.ndarray) -> np.ndarray:
@@ -51,6 +59,19 @@ def _feature_matrix(ops: pd.DataFrame) -> np.ndarray:
     return np.maximum(np.nan_to_num(x, nan=0.0, posinf=0.0), 0.0)
 
 
+def _ratio_at(model: Mapping, work: np.ndarray) -> np.ndarray:
+    """A ratio type model's factor for ops of ``work``: its ratio within the sizes
+    measured, fading to 1 over :data:`RATIO_REACH` decades beyond them (models
+    saved without ``sizes`` keep their ratio everywhere)."""
+    ratio = float(model["ratio"])
+    if "sizes" not in model or ratio <= 0:
+        return np.full(len(work), ratio)
+    lo, hi = model["sizes"]
+    x = np.log10(np.maximum(work, 1.0))
+    outside = np.maximum(lo - x, 0.0) + np.maximum(x - hi, 0.0)
+    return ratio ** np.clip(1.0 - outside / RATIO_REACH, 0.0, 1.0)
+
+
 class OpTimeModel:
     """Op times on one device type, fitted to measured op times.
 
@@ -62,10 +83,20 @@ class OpTimeModel:
     min_samples : int
         Measurements with distinct features an op type needs for a linear fit;
         with fewer, its time is the calibrated preset's times a per-type factor
-        (the median measured/preset ratio).
+        (the median measured/preset ratio), trusted up to :data:`RATIO_REACH`
+        decades of work beyond the sizes measured.
     rtol : float
         Relative tolerance under which an op's features count as "the same
         shapes as profiled".
+    size_curves : bool
+        Calibrate the preset as ``fddps calibrate`` does
+        (:func:`costmodel.calibrate.fit_cpu_preset`: an efficiency per op class
+        that depends on the op's size) instead of one efficiency per class
+        (:meth:`DevicePreset.calibrate`). What the fit gives op types the
+        profile never timed (the ``Slice`` and ``ConcatV2`` a split strategy
+        adds): one median efficiency is set by the many small ops of a step and
+        priced ResNet-50's 9 MB gradient concatenations 3x their measured time.
+        :func:`fit_cost_model` uses it for CPUs.
 
     Attributes
     ----------
@@ -74,7 +105,8 @@ class OpTimeModel:
     type_models_ : dict
         op type -> ``{"kind": "linear", "coef": [...], "intercept": float,
         "floor": float, "r2": float, "n": int, "fixed": float}`` or
-        ``{"kind": "ratio", "ratio": float, "n": int, "fixed": float}``;
+        ``{"kind": "ratio", "ratio": float, "n": int, "fixed": float, "sizes": [lo, hi]}``
+        (``sizes``: the log10 work of the smallest and largest op measured);
         ``fixed`` is the fastest measured time of the type (0 with fewer than
         ``2 * min_samples`` ops), the part of an op's time taken as not
         growing with its work.
@@ -95,10 +127,12 @@ class OpTimeModel:
     40.01
     """
 
-    def __init__(self, preset: DevicePreset, *, min_samples: int = 4, rtol: float = 1e-6):
+    def __init__(self, preset: DevicePreset, *, min_samples: int = 4, rtol: float = 1e-6,
+                 size_curves: bool = False):
         self.preset = preset
         self.min_samples = min_samples
         self.rtol = rtol
+        self.size_curves = size_curves
 
     # -- fitting -------------------------------------------------------------------------
     def fit(self, measured: pd.DataFrame) -> "OpTimeModel":
@@ -127,7 +161,9 @@ class OpTimeModel:
         timed = measured[(status.isin(_TIMED_STATUSES)).to_numpy() & (t > 0)]
         if timed.empty:
             raise CostModelError("no timed op with a positive time to fit")
-        self.calibrated_ = self.preset.calibrate(timed)
+        self.calibrated_ = (fit_cpu_preset(timed, self.preset, name=self.preset.name,
+                                           timed_by="the profile")
+                            if self.size_curves else self.preset.calibrate(timed))
         self.type_models_ = {}
         for op_type, rows in timed.groupby("op_type", sort=True):
             self.type_models_[str(op_type)] = self._fit_type(str(op_type), rows)
@@ -163,8 +199,10 @@ class OpTimeModel:
                     "r2": float(r2_score(y, pred)) if n > 1 else 1.0, "n": n,
                     "fixed": fixed}
         base = self.calibrated_.op_times(rows)
+        work = _work(x)
+        sizes = np.log10(work[work > 0]) if (work > 0).any() else np.zeros(1)
         return {"kind": "ratio", "ratio": float(np.median(y / base)), "n": n,
-                "fixed": fixed}
+                "fixed": fixed, "sizes": [float(sizes.min()), float(sizes.max())]}
 
     # -- predicting ----------------------------------------------------------------------
     def _type_predict(self, ops: pd.DataFrame, x: np.ndarray):
@@ -182,7 +220,7 @@ class OpTimeModel:
             if m["kind"] == "linear":
                 out[sel] = np.maximum(x[sel] @ np.asarray(m["coef"]) + m["intercept"], m["floor"])
             else:
-                out[sel] = base[sel] * m["ratio"]
+                out[sel] = base[sel] * _ratio_at(m, _work(x[sel]))
         return out, seen
 
     def predict_with_source(self, ops: pd.DataFrame):
@@ -262,13 +300,13 @@ class OpTimeModel:
         m = self.measured_
         return {"preset": self.preset.to_dict(), "calibrated": self.calibrated_.to_dict(),
                 "min_samples": self.min_samples, "rtol": self.rtol,
-                "type_models": self.type_models_,
+                "size_curves": self.size_curves, "type_models": self.type_models_,
                 "measured": {c: m[c].tolist() for c in m.columns}}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "OpTimeModel":
         model = cls(DevicePreset.from_dict(d["preset"]), min_samples=int(d["min_samples"]),
-                    rtol=float(d["rtol"]))
+                    rtol=float(d["rtol"]), size_curves=bool(d.get("size_curves", False)))
         model.calibrated_ = DevicePreset.from_dict(d["calibrated"])
         model.type_models_ = {str(k): dict(v) for k, v in d["type_models"].items()}
         for k, v in model.type_models_.items():
@@ -414,7 +452,8 @@ def fit_cost_model(measured: pd.DataFrame | Sequence[pd.DataFrame] | None = None
         if "device_type" not in frame.columns:
             raise CostModelError("measured op times need a 'device_type' column (Profile.join adds it)")
         for dtype, rows in frame.groupby(frame["device_type"].astype(str).str.upper()):
-            compute[dtype] = OpTimeModel(base._preset(dtype), min_samples=min_samples).fit(rows)
+            compute[dtype] = OpTimeModel(base._preset(dtype), min_samples=min_samples,
+                                         size_curves=dtype == "CPU").fit(rows)
         if "transient_bytes" in frame.columns:
             from .memory import measured_transient
 

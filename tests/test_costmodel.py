@@ -410,6 +410,56 @@ def test_a_part_of_a_profiled_op_scales_that_ops_measurement():
     assert fit.sum() < 0.5 * slow[0]
 
 
+def test_a_few_ops_ratio_to_the_preset_holds_near_their_size_and_fades_a_decade_beyond():
+    """A type timed on too few ops for a fit gets its measured/preset ratio; the
+    ratio says nothing about ops 100x larger (RATIO_REACH decades beyond: the
+    calibrated preset alone), and half of it, in log, half a decade beyond."""
+    moved = np.geomspace(1e4, 1e8, 60)
+    relu = pd.DataFrame({"name": [f"r{i}" for i in range(moved.size)], "op_type": "Relu",
+                         "flops": 0.0, "input_bytes": moved / 2, "output_bytes": moved / 2})
+    relu["seconds"] = 1e-6 + moved / 10e9
+    sizes = np.array([1e5, 1.2e5, 1.5e5])
+    few = pd.DataFrame({"name": [f"s{i}" for i in range(3)], "op_type": "Slice", "flops": 0.0,
+                        "input_bytes": sizes * 2 / 3, "output_bytes": sizes / 3,
+                        "seconds": 3 * (1e-6 + sizes / 10e9)})
+    model = OpTimeModel(costmodel.cpu_preset(1), size_curves=True).fit(
+        pd.concat([relu, few], ignore_index=True).assign(status="timed"))
+    fitted = model.type_models_["Slice"]
+    assert fitted["kind"] == "ratio" and fitted["sizes"] == pytest.approx(np.log10([1e5, 1.5e5]))
+    ratio = fitted["ratio"]
+    assert 2.5 < ratio < 3.5
+    probe = pd.DataFrame({"name": ["in", "half", "far"], "op_type": "Slice", "flops": 0.0,
+                          "input_bytes": np.array([1.2e5, 1.5e5 * 10 ** 0.5, 1.5e7]) * 2 / 3})
+    probe["output_bytes"] = probe["input_bytes"] / 2
+    t = model.predict(probe)
+    preset = model.calibrated_.op_times(probe)
+    assert t == pytest.approx(preset * np.array([ratio, ratio ** 0.5, 1.0]))
+
+
+def test_size_curves_price_an_op_type_never_profiled_at_its_own_size():
+    """Many small elementwise ops stream at 2 GB/s, a few large ones at 20 GB/s: with
+    size curves (what fit_cost_model does for CPUs) an unprofiled 20 MB
+    ConcatV2 costs what large ops cost, not the small ops' median."""
+    rng = np.random.default_rng(3)
+    small = 10 ** rng.uniform(4, 5, 200)
+    large = 10 ** rng.uniform(6, 7, 20)
+    moved = np.concatenate([small, large])
+    relu = pd.DataFrame({"name": [f"r{i}" for i in range(moved.size)], "op_type": "Relu",
+                         "flops": 0.0, "input_bytes": moved / 2, "output_bytes": moved / 2,
+                         "status": "timed", "device_type": "CPU"})
+    relu["seconds"] = 2e-6 + moved / np.where(moved < 1e6, 2e9, 20e9)
+    concat = pd.DataFrame({"name": ["c"], "op_type": ["ConcatV2"], "flops": [0.0],
+                           "input_bytes": [1e7], "output_bytes": [1e7]})
+    expected = 2e-6 + 2e7 / 20e9
+    cm = fit_cost_model(relu)
+    assert cm.compute["CPU"].size_curves
+    with pytest.warns(costmodel.ProfileCoverageWarning):
+        curved = float(cm.op_times(concat, "CPU")[0])
+    assert curved == pytest.approx(expected, rel=0.2)
+    flat = OpTimeModel(cm.compute["CPU"].preset).fit(relu)
+    assert float(flat.predict(concat)[0]) > 3 * expected
+
+
 def test_a_measurement_is_matched_by_name_and_type():
     """A row with a profiled op's name but another type is another op: a rewritten
     graph keeps a split op's name on the IdentityN that gathers its parts, which
