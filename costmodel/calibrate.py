@@ -233,7 +233,7 @@ def _size_curve(x, eff) -> list:
 
 
 def fit_cpu_preset(measured: pd.DataFrame, base: DevicePreset | None = None, *,
-                   name: str = "cpu", timed_by: str = "costmodel.calibrate_cpu") -> DevicePreset:
+                   name: str = "cpu", timed_by: str | None = None) -> DevicePreset:
     """A CPU preset fitted to op times measured on this machine (see the module notes).
 
     Parameters
@@ -246,8 +246,10 @@ def fit_cpu_preset(measured: pd.DataFrame, base: DevicePreset | None = None, *,
         :func:`costmodel.cpu_preset` of the cores this process may use).
     name : str
         The fitted preset's name.
-    timed_by : str
-        What timed the ops, for the preset's ``source``.
+    timed_by : str, optional
+        What timed the ops, for the preset's ``source`` (default: this machine,
+        now, by :func:`calibrate_cpu`, with the date; anything else is named
+        without one, so that fitting one profile twice gives equal presets).
 
     Returns
     -------
@@ -304,10 +306,12 @@ def fit_cpu_preset(measured: pd.DataFrame, base: DevicePreset | None = None, *,
                    else base.compute_efficiency)
     memory_eff = (float(np.median(eff[usable & is_memory])) if (usable & is_memory).any()
                   else base.memory_efficiency)
-    source = (f"{base.source.split(';')[0]}; calibrated on this machine "
-              f"({time.strftime('%Y-%m-%d %H:%M')}, {int(ok.sum())} ops timed by "
-              f"{timed_by}): overhead {overhead * 1e6:.3g} us per op, streaming "
-              f"bandwidth {bandwidth / 1e9:.3g} GB/s, efficiencies by op size per class")
+    origin = (f"on this machine ({time.strftime('%Y-%m-%d %H:%M')}, {int(ok.sum())} ops timed by "
+              f"costmodel.calibrate_cpu)" if timed_by is None
+              else f"on {int(ok.sum())} ops timed by {timed_by}")
+    source = (f"{base.source.split(';')[0]}; calibrated {origin}: overhead "
+              f"{overhead * 1e6:.3g} us per op, streaming bandwidth {bandwidth / 1e9:.3g} GB/s, "
+              f"efficiencies by op size per class")
     return replace(base, name=name, overhead=overhead, memory_bandwidth=bandwidth,
                    compute_efficiency=compute_eff, memory_efficiency=memory_eff,
                    efficiencies=(), efficiency_curves=curves, kernel_model="", source=source)
