@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 import warnings
@@ -458,6 +459,12 @@ def test_size_curves_price_an_op_type_never_profiled_at_its_own_size():
     assert curved == pytest.approx(expected, rel=0.2)
     flat = OpTimeModel(cm.compute["CPU"].preset).fit(relu)
     assert float(flat.predict(concat)[0]) > 3 * expected
+    # The preset says what timed its ops, with no date: one profile fits one preset.
+    source = cm.compute["CPU"].calibrated_.source
+    assert "220 ops timed by the profile" in source
+    assert re.search(r"\d{4}-\d\d-\d\d", source) is None
+    again = OpTimeModel(cm.compute["CPU"].preset, size_curves=True).fit(relu)
+    assert again.calibrated_ == cm.compute["CPU"].calibrated_
 
 
 def test_a_measurement_is_matched_by_name_and_type():
