@@ -95,7 +95,7 @@ class OpTimeModel:
         (:meth:`DevicePreset.calibrate`). What the fit gives op types the
         profile never timed (the ``Slice`` and ``ConcatV2`` a split strategy
         adds): one median efficiency is set by the many small ops of a step and
-        priced ResNet-50's 9 MB gradient concatenations 3x their measured time.
+        priced ResNet-50's 9 MB gradient concatenations at 3-6x their measured time.
         :func:`fit_cost_model` uses it for CPUs.
 
     Attributes
