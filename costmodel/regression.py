@@ -415,7 +415,8 @@ def fit_cost_model(measured: pd.DataFrame | Sequence[pd.DataFrame] | None = None
         Measured op times (:meth:`costmodel.profile.Profile.join`): op table
         columns plus ``seconds``, ``status``, ``device_type``; profiles of one
         device type at several batch sizes are concatenated. Rows with a
-        ``transient_bytes`` column also calibrate memory.
+        ``transient_bytes`` column also calibrate memory. Each device type
+        gets an :class:`OpTimeModel`, CPUs with ``size_curves=True``.
     transfers : DataFrame, optional
         Transfer measurements (``fddps.tf.comm_bench``): ``src``, ``dst``,
         ``bytes``, ``seconds``; each link is fitted with :class:`LinkModel`.

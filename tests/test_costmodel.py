@@ -423,7 +423,7 @@ def test_a_few_ops_ratio_to_the_preset_holds_near_their_size_and_fades_a_decade_
     few = pd.DataFrame({"name": [f"s{i}" for i in range(3)], "op_type": "Slice", "flops": 0.0,
                         "input_bytes": sizes * 2 / 3, "output_bytes": sizes / 3,
                         "seconds": 3 * (1e-6 + sizes / 10e9)})
-    model = OpTimeModel(costmodel.cpu_preset(1), size_curves=True).fit(
+    model = OpTimeModel(presets["cpu"], size_curves=True).fit(
         pd.concat([relu, few], ignore_index=True).assign(status="timed"))
     fitted = model.type_models_["Slice"]
     assert fitted["kind"] == "ratio" and fitted["sizes"] == pytest.approx(np.log10([1e5, 1.5e5]))
