@@ -29,6 +29,8 @@ BENCHMARKS = {
     "fig4": "experiments.fig4",
     "fig5": "experiments.fig5",
     "real-cluster": "experiments.real_cluster",
+    "real-cluster-whatif": "experiments.real_cluster_whatif",
+    "comm-reference-bias": "experiments.comm_reference_bias",
     "model-table": "experiments.model_table",
     "costmodel-accuracy": "experiments.costmodel_accuracy",
     "cpu-preset": "experiments.cpu_preset",

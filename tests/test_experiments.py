@@ -267,6 +267,25 @@ def test_real_cluster_smoke(tmp_path, capsys):
     np.testing.assert_allclose(again[columns].to_numpy(float), df[columns].to_numpy(float),
                                rtol=1e-9)
     assert "--replay" in (tmp_path / "replayed.md").read_text()
+    # real_cluster_whatif: the saved run replayed with one input changed at a time.
+    from experiments import real_cluster_whatif as whatif
+
+    cells = whatif.load_run(str(tmp_path / "rc.pkl.gz"))
+    matched = whatif.copy.deepcopy(cells)
+    whatif.profile_matched(matched)
+    single = real_cluster.replay(matched[0]).set_index("algorithm").loc["single"]
+    assert single.predicted_executor == pytest.approx(single.measured, rel=1e-6)
+    mirrored = whatif.copy.deepcopy(cells)
+    whatif.symmetric_latency(mirrored)
+    lat = mirrored[0][2]["cluster"].latency
+    assert lat[1][0] == lat[0][1] > 0
+    scores = whatif.whatif({"a": cells, "b": cells}).set_index(["run", "variant"])
+    assert scores.loc[("a", "as_fitted")].to_dict() == whatif.score(again)
+    # One cell is its own median: the same predictions.
+    assert scores.loc[("a", "run_median_latency")].to_dict() == scores.loc[("a", "as_fitted")].to_dict()
+    # The same run as the "other" one: every placement remeasured exactly.
+    same = scores.loc[("a", "remeasured")]
+    assert same.rows_within_15 == same.rows == 3 and same.cells_tau_08 == same.cells == 1
 
 
 def test_real_cluster_agreement_scores_speedups_as_ratios():
@@ -405,3 +424,18 @@ def test_head_data_parallel_computes_what_the_network_computes(name):
     assert {n.device for n in gd.node if "/fddps_part_" in n.name} == set(CPUS)
     with pytest.raises(ValueError, match="no op of the step is in scopes"):
         head_data_parallel(step, CPUS, ("no_such_layer",))
+
+
+def test_comm_reference_bias_smoke(tmp_path):
+    """Both directions timed four ways on two local_cluster workers; the differences are the
+    medians' differences (no assertion on their size: that is this machine's)."""
+    pytest.importorskip("tensorflow")
+    from experiments import comm_reference_bias
+
+    df = comm_reference_bias.main(["--rounds", "2", "--sizes", "4",
+                                   "--out", str(tmp_path / "bias.csv")])
+    assert list(df.direction) == ["task 0 -> 1", "task 1 -> 0"] and (df.bytes == 4).all()
+    np.testing.assert_allclose(df.as_measured_us, df.moved_us - df.reference_us)
+    np.testing.assert_allclose(df.both_tasks_us, df.moved_both_us - df.reference_both_us)
+    assert (df[["moved_us", "reference_us", "moved_both_us", "reference_both_us"]] > 0).all().all()
+    assert "comm_bench.measure_transfers" in (tmp_path / "bias.md").read_text()

@@ -1,0 +1,241 @@
+"""What limits the real-cluster agreement: measured runs replayed with one input of the prediction changed.
+
+``python -m experiments.real_cluster --save-schedules`` keeps every placement
+it measured with what it was predicted from (the op graph with its profiled
+op times, the devices, the order, the cluster with its fitted link). This
+replays them (:func:`experiments.real_cluster.replay`, the simulator that
+``place()`` uses) with one input changed at a time, and scores each variant
+as ``real_cluster`` does (:func:`experiments.real_cluster.agreement`): rows
+and spreads whose predicted speed-up over one worker is within 15% of the
+measured one, and the cells with Kendall's tau of at least 0.8. Nothing is
+measured again, so each variant answers "what if this input had been
+different" against the very steps measured. The variants
+(:data:`VARIANTS`):
+
+- ``as_fitted``: the predictions as the run made them (the replay's check);
+- ``run_median_latency``: each cell's link latencies replaced by the median
+  over the run's cells, per direction: a link fit without the noise of
+  fitting it once per cell;
+- ``profile_matched``: each cell's op times scaled so that the one-worker
+  prediction equals the one-worker measurement: a profile taken in the same
+  minutes as the measured steps (an oracle no run can have);
+- ``symmetric_latency``: the task 1 -> task 0 latency set to the task 0 -> 1
+  one. ``comm_bench``'s reference step for a transfer into task 0 (the
+  session's master) runs on task 0 alone, so that direction's latency also
+  holds a RunGraph call to task 1 that a step using both tasks pays once.
+
+With two or more runs of the same cells, ``remeasured`` scores the other
+run's measured speed-ups as the prediction: the placements both runs made
+alike, so a prediction as good as measuring again scores this.
+
+Run::
+
+    python -m experiments.real_cluster_whatif --runs 'RUN1/*.pkl.gz' 'RUN2/*.pkl.gz'
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import glob
+import gzip
+import pickle
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments import common
+from experiments import real_cluster as rc
+
+
+def _clusters(entry):
+    return [k for k in ("cluster", "cpu_cluster") if entry.get(k) is not None]
+
+
+def _set_latency(entry, latency_of):
+    for k in _clusters(entry):
+        c = entry[k]
+        entry[k] = c.replace(latency=latency_of(np.array(c.latency, dtype=np.float64)))
+
+
+def run_median_latency(cells):
+    """Each cell's link latencies, per direction, set to the median over the cells."""
+    lats = [np.array(e["cluster"].latency, dtype=np.float64)
+            for cell in cells for e in cell[:1] if e.get("cluster") is not None]
+    median = np.median(lats, axis=0)
+    for cell in cells:
+        for e in cell:
+            _set_latency(e, lambda lat: median.copy())
+
+
+def profile_matched(cells):
+    """Each cell's op times scaled by its one-worker step, measured over predicted."""
+    for cell in cells:
+        single = next((e["row"] for e in cell if e["row"]["algorithm"] == "single"), None)
+        if single is None:
+            continue
+        scale = single["measured"] / single["predicted_executor"]
+        for e in cell:
+            g = copy.copy(e["graph"])
+            g.cost = np.asarray(g.cost, dtype=np.float64) * scale
+            e["graph"] = g
+
+
+def symmetric_latency(cells):
+    """The latency from task 1 to task 0 set to the one from task 0 to task 1."""
+    def mirrored(lat):
+        lat[1, 0] = lat[0, 1]
+        return lat
+
+    for cell in cells:
+        for e in cell:
+            _set_latency(e, mirrored)
+
+
+#: Variant name -> what it changes in a run's cells (each a list of saved entries), in place.
+VARIANTS = {"as_fitted": lambda cells: None,
+            "run_median_latency": run_median_latency,
+            "profile_matched": profile_matched,
+            "symmetric_latency": symmetric_latency}
+
+
+def load_run(pattern: str) -> list:
+    """The cells of one run: one list of saved entries per ``--save-schedules`` file."""
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise SystemExit(f"no saved schedules match {pattern!r}")
+    return [pickle.load(gzip.open(p)) for p in paths]
+
+
+def score(df: pd.DataFrame) -> dict:
+    """``real_cluster``'s scores of ``predicted_executor``: rows and spreads within 15%,
+    the spreads' median predicted over measured speed-up, cells with tau >= 0.8."""
+    a = rc.agreement(df)
+    s = rc.measured_speedups(df)
+    spreads = s[s.transfers > 0]
+    q = spreads.predicted / spreads.measured
+    return dict(rows_within_15=int(round((a["predicted_executor:within_15"] * a.rows).sum())),
+                rows=int(a.rows.sum()),
+                spreads_within_15=int(((q - 1).abs() <= 0.15).sum()), spreads=len(spreads),
+                spreads_predicted_over_measured=float(q.median()),
+                cells_tau_08=int((a["predicted_executor:tau"] >= 0.8).sum()), cells=len(a))
+
+
+def remeasured(df: pd.DataFrame, other: pd.DataFrame) -> dict:
+    """The other run's measured speed-ups scored as the prediction of this run's, over the
+    placements both made alike (same transfers; the one-worker rows and ``single`` too)."""
+    both = rc.measured_speedups(df).merge(rc.measured_speedups(other),
+                                          on=["model", "batch", "algorithm", "transfers"],
+                                          suffixes=("", "_other"))
+    close = (both.measured_other / both.measured - 1).abs() <= 0.15
+    spreads = both.transfers > 0
+    taus = []
+    for _, g in both.groupby(["model", "batch"]):
+        x = pd.concat([g.measured, pd.Series([1.0])], ignore_index=True)  # with `single`
+        y = pd.concat([g.measured_other, pd.Series([1.0])], ignore_index=True)
+        taus.append(x.corr(y, method="kendall"))
+    return dict(rows_within_15=int(close.sum()), rows=len(both),
+                spreads_within_15=int(close[spreads].sum()), spreads=int(spreads.sum()),
+                spreads_predicted_over_measured=float(
+                    (both.measured_other / both.measured)[spreads].median()),
+                cells_tau_08=int((np.asarray(taus) >= 0.8).sum()), cells=len(taus))
+
+
+def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
+    """Score every variant on every run.
+
+    Parameters
+    ----------
+    runs : dict
+        Run label -> its cells (:func:`load_run`).
+    variants : sequence of str
+        Names in :data:`VARIANTS`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per run and variant (``remeasured`` too, with two or more runs):
+        ``run``, ``variant`` and :func:`score`'s columns.
+    """
+    rows, replayed = [], {}
+    for label, cells in runs.items():
+        for name in variants:
+            if name not in VARIANTS:
+                raise SystemExit(f"unknown variant {name!r}; choose from {sorted(VARIANTS)}")
+            changed = copy.deepcopy(cells)
+            VARIANTS[name](changed)
+            df = pd.concat([rc.replay(cell) for cell in changed], ignore_index=True)
+            if name == "as_fitted":
+                replayed[label] = df
+            rows.append(dict(run=label, variant=name, **score(df)))
+            print(rows[-1], flush=True)
+    if len(replayed) > 1:
+        for label, df in replayed.items():
+            other = pd.concat([d for k, d in replayed.items() if k != label], ignore_index=True)
+            # One other run per cell: the first run other than this one that has it.
+            other = other.drop_duplicates(["model", "batch", "algorithm"])
+            rows.append(dict(run=label, variant="remeasured", **remeasured(df, other)))
+            print(rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
+def plot(df: pd.DataFrame, path):
+    """Spreads within 15% and cells with tau >= 0.8, per variant, one bar per run."""
+    plt = common.matplotlib_agg()
+    variants = list(dict.fromkeys(df.variant))
+    runs = list(dict.fromkeys(df.run))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    width = 0.8 / max(len(runs), 1)
+    for ax, (col, of, title) in zip(axes, [("spreads_within_15", "spreads", "spreads within 15%"),
+                                           ("cells_tau_08", "cells", "cells with tau >= 0.8")]):
+        for k, run in enumerate(runs):
+            d = df[df.run == run].set_index("variant").reindex(variants)
+            ax.bar(np.arange(len(variants)) + k * width, d[col] / d[of], width, label=run)
+        ax.set_xticks(np.arange(len(variants)) + width * (len(runs) - 1) / 2)
+        ax.set_xticklabels(variants, rotation=20, ha="right")
+        ax.set_ylim(0, 1)
+        ax.axhline(0.8, color="grey", lw=0.8, ls="--")
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+WHAT = ("Each run's saved placements replayed by `place()`'s simulator with one input changed "
+        "(`variant`), scored as `experiments.real_cluster` scores a run: `rows_within_15` of "
+        "`rows` and `spreads_within_15` of `spreads` (placements that use both workers) with "
+        "a predicted speed-up over one worker within 15% of the measured one; "
+        "`spreads_predicted_over_measured`, their median ratio; `cells_tau_08` of `cells` with "
+        "Kendall's tau of at least 0.8. `remeasured`: the other run's measured speed-ups as "
+        "the prediction, over the placements both runs made alike.")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", nargs="+", required=True, metavar="GLOB",
+                        help="one glob per run, of its --save-schedules files (quote it)")
+    parser.add_argument("--labels", nargs="+", default=None,
+                        help="a label per run (default: the glob's folder)")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--out", default=str(common.RESULTS / "real_cluster_whatif.csv"))
+    args = parser.parse_args(argv)
+    labels = args.labels or [Path(p).parent.name or p for p in args.runs]
+    if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
+        parser.error("--labels needs one distinct label per run")
+    common.tf_quiet()
+    df = whatif({label: load_run(p) for label, p in zip(labels, args.runs)}, args.variants)
+    out = common.save_csv_and_plot(df, args.out, plot)
+    command = "python -m experiments.real_cluster_whatif " + shlex.join(
+        sys.argv[1:] if argv is None else argv)
+    common.write_results_page(out, "What limits the real-cluster agreement", WHAT, df,
+                              command=command, after=f"![]({out.with_suffix('.png').name})")
+    print(df.to_string(index=False))
+    return df
+
+
+if __name__ == "__main__":
+    main()
