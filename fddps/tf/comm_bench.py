@@ -11,6 +11,16 @@ of a repeat is the difference of the two steps' wall times, which cancels the
 ``seconds = latency + bytes / bandwidth`` per link (paper Definition 4) and
 reports R².
 
+Between the tasks of a cluster the reference step runs on ``dst``'s task
+alone. For a transfer into the session's own task (task 0 of a
+``local_cluster``), the difference therefore also holds the RunGraph call
+to ``src``'s task, which a step using both tasks pays once: measured here,
+a 4-byte transfer from task 1 to task 0 took 685 us this way and 123 us
+with both steps using both tasks (``python -m
+experiments.comm_reference_bias``). The simulator's predictions of split
+steps are scored with the latency measured this way; see the docs'
+real-cluster results ("What limits the agreement").
+
 Works for the devices of one process (``ConfigProto(device_count={"CPU": 2})``,
 GPUs) and for the tasks of a ``local_cluster`` (pass its ``target``).
 
