@@ -63,8 +63,9 @@ def _set_latency(entry, latency_of):
 
 def run_median_latency(cells):
     """Each cell's link latencies, per direction, set to the median over the cells."""
-    lats = [np.array(e["cluster"].latency, dtype=np.float64)
-            for cell in cells for e in cell[:1] if e.get("cluster") is not None]
+    # Every placement of a cell was predicted on that cell's one fitted link.
+    lats = [np.array(cell[0]["cluster"].latency, dtype=np.float64)
+            for cell in cells if cell and cell[0].get("cluster") is not None]
     median = np.median(lats, axis=0)
     for cell in cells:
         for e in cell:
