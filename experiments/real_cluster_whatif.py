@@ -24,9 +24,10 @@ different" against the very steps measured. The variants
   session's master) runs on task 0 alone, so that direction's latency also
   holds a RunGraph call to task 1 that a step using both tasks pays once.
 
-With two or more runs of the same cells, ``remeasured`` scores the other
-run's measured speed-ups as the prediction: the placements both runs made
-alike, so a prediction as good as measuring again scores this.
+With two or more runs of the same cells, ``remeasured`` scores the measured
+speed-ups of the run before (for the first run, the one after) as the
+prediction, over the placements both runs made alike: a prediction as good
+as measuring again scores this.
 
 Run::
 
@@ -158,7 +159,8 @@ def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per run and variant (``remeasured`` too, with two or more runs):
+        One row per run and variant (``remeasured`` too, with two or more runs,
+        against the run before it):
         ``run``, ``variant`` and :func:`score`'s columns.
     """
     rows, replayed = [], {}
@@ -173,13 +175,12 @@ def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
                 replayed[label] = df
             rows.append(dict(run=label, variant=name, **score(df)))
             print(rows[-1], flush=True)
-    if len(replayed) > 1:
-        for label, df in replayed.items():
-            other = pd.concat([d for k, d in replayed.items() if k != label], ignore_index=True)
-            # One other run per cell: the first run other than this one that has it.
-            other = other.drop_duplicates(["model", "batch", "algorithm"])
-            rows.append(dict(run=label, variant="remeasured", **remeasured(df, other)))
-            print(rows[-1], flush=True)
+    labels = list(replayed)
+    for k, label in enumerate(labels if len(labels) > 1 else []):
+        # The run before it (the first run: the one after), as two runs in a row compare.
+        other = replayed[labels[k - 1] if k else labels[1]]
+        rows.append(dict(run=label, variant="remeasured", **remeasured(replayed[label], other)))
+        print(rows[-1], flush=True)
     return pd.DataFrame(rows)
 
 
@@ -211,8 +212,9 @@ WHAT = ("Each run's saved placements replayed by `place()`'s simulator with one 
         "`rows` and `spreads_within_15` of `spreads` (placements that use both workers) with "
         "a predicted speed-up over one worker within 15% of the measured one; "
         "`spreads_predicted_over_measured`, their median ratio; `cells_tau_08` of `cells` with "
-        "Kendall's tau of at least 0.8. `remeasured`: the other run's measured speed-ups as "
-        "the prediction, over the placements both runs made alike.")
+        "Kendall's tau of at least 0.8. `remeasured`: the measured speed-ups of the run before "
+        "(for the first run, the one after) as the prediction, over the placements both runs "
+        "made alike.")
 
 
 def main(argv=None):
