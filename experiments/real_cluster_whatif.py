@@ -97,7 +97,8 @@ def symmetric_latency(cells):
             _set_latency(e, mirrored)
 
 
-#: Variant name -> what it changes in a run's cells (each a list of saved entries), in place.
+#: Variant name -> what it changes in a run's cells (each a list of saved entries): it
+#: replaces entries' values (a copied graph, ``Cluster.replace``), never mutates them.
 VARIANTS = {"as_fitted": lambda cells: None,
             "run_median_latency": run_median_latency,
             "profile_matched": profile_matched,
@@ -163,12 +164,15 @@ def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
         against the run before it):
         ``run``, ``variant`` and :func:`score`'s columns.
     """
+    unknown = [name for name in variants if name not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
     rows, replayed = [], {}
     for label, cells in runs.items():
         for name in variants:
-            if name not in VARIANTS:
-                raise SystemExit(f"unknown variant {name!r}; choose from {sorted(VARIANTS)}")
-            changed = copy.deepcopy(cells)
+            # A variant replaces an entry's graph or clusters, never changes them in place:
+            # copies of the entries keep the run as loaded for the next variant.
+            changed = [[dict(entry) for entry in cell] for cell in cells]
             VARIANTS[name](changed)
             df = pd.concat([rc.replay(cell) for cell in changed], ignore_index=True)
             if name == "as_fitted":
