@@ -16,6 +16,8 @@ different" against the very steps measured. The variants
 - ``run_median_latency``: each cell's link latencies replaced by the median
   over the run's cells, per direction: a link fit without the noise of
   fitting it once per cell;
+- ``run_median_link``: the same for the whole link fit, per direction:
+  latency, bandwidth and the per-transfer CPU cost of concurrent transfers;
 - ``profile_matched``: each cell's op times scaled so that the one-worker
   prediction equals the one-worker measurement: a profile taken in the same
   minutes as the measured steps (an oracle no run can have);
@@ -27,7 +29,9 @@ different" against the very steps measured. The variants
 With two or more runs of the same cells, ``remeasured`` scores the measured
 speed-ups of the run before (for the first run, the one after) as the
 prediction, over the placements both runs made alike: a prediction as good
-as measuring again scores this.
+as measuring again scores this. With two or more runs, each variant also
+says how far the same spreads' predicted and measured speed-ups move from
+run to run (:func:`spread_over_runs`).
 
 Run::
 
@@ -73,6 +77,26 @@ def run_median_latency(cells):
             _set_latency(e, lambda lat: median.copy())
 
 
+def run_median_link(cells):
+    """Each cell's whole link fit, per direction, set to the median over the cells: latency,
+    bandwidth and the per-transfer CPU cost of concurrent transfers."""
+    fitted = [cell[0]["cluster"] for cell in cells if cell and cell[0].get("cluster") is not None]
+    if not fitted:
+        return
+
+    def median(of):
+        return np.median([np.array(of(c), dtype=np.float64) for c in fitted], axis=0)
+
+    link = dict(latency=median(lambda c: c.latency), bandwidth=median(lambda c: c.bandwidth))
+    if all(c.transfer_cpu is not None for c in fitted):
+        link["transfer_cpu"] = (median(lambda c: c.transfer_cpu[0]),
+                                median(lambda c: c.transfer_cpu[1]))
+    for cell in cells:
+        for e in cell:
+            for k in _clusters(e):
+                e[k] = e[k].replace(**{name: copy.deepcopy(v) for name, v in link.items()})
+
+
 def profile_matched(cells):
     """Each cell's op times scaled by its one-worker step, measured over predicted."""
     for cell in cells:
@@ -101,6 +125,7 @@ def symmetric_latency(cells):
 #: replaces entries' values (a copied graph, ``Cluster.replace``), never mutates them.
 VARIANTS = {"as_fitted": lambda cells: None,
             "run_median_latency": run_median_latency,
+            "run_median_link": run_median_link,
             "profile_matched": profile_matched,
             "symmetric_latency": symmetric_latency}
 
@@ -147,6 +172,36 @@ def remeasured(df: pd.DataFrame, other: pd.DataFrame) -> dict:
                 cells_tau_08=int((np.asarray(taus) >= 0.8).sum()), cells=len(taus))
 
 
+def spread_over_runs(dfs: dict) -> dict:
+    """How far the same spreads' speed-ups move from run to run: over the spreads that every
+    run made alike, the median standard deviation (over the runs) of the log of the predicted
+    speed-up (``predicted_sd_over_runs``) and of the measured one (``measured_sd_over_runs``).
+
+    Parameters
+    ----------
+    dfs : dict
+        Run label -> that run's rows (:func:`experiments.real_cluster.replay`), two or more.
+
+    Returns
+    -------
+    dict
+        The two figures, and ``spreads_in_every_run``.
+    """
+    keys = ["model", "batch", "algorithm", "transfers"]
+    both = None
+    for k, df in enumerate(dfs.values()):
+        s = rc.measured_speedups(df)
+        s = s[s.transfers > 0][keys + ["predicted", "measured"]].rename(
+            columns={"predicted": f"predicted_{k}", "measured": f"measured_{k}"})
+        both = s if both is None else both.merge(s, on=keys)
+    out = dict(spreads_in_every_run=len(both))
+    for what in ("predicted", "measured"):
+        logs = np.log(both[[f"{what}_{k}" for k in range(len(dfs))]].to_numpy(dtype=np.float64))
+        out[f"{what}_sd_over_runs"] = (float(np.median(logs.std(axis=1, ddof=1)))
+                                       if len(both) else np.nan)
+    return out
+
+
 def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
     """Score every variant on every run.
 
@@ -162,12 +217,13 @@ def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
     pandas.DataFrame
         One row per run and variant (``remeasured`` too, with two or more runs,
         against the run before it):
-        ``run``, ``variant`` and :func:`score`'s columns.
+        ``run``, ``variant`` and :func:`score`'s columns; with two or more runs,
+        :func:`spread_over_runs`'s columns per variant.
     """
     unknown = [name for name in variants if name not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
-    rows, replayed = [], {}
+    rows, replayed, by_variant = [], {}, {name: {} for name in variants}
     for label, cells in runs.items():
         for name in variants:
             # A variant replaces an entry's graph or clusters, never changes them in place:
@@ -177,8 +233,13 @@ def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
             df = pd.concat([rc.replay(cell) for cell in changed], ignore_index=True)
             if name == "as_fitted":
                 replayed[label] = df
+            by_variant[name][label] = df
             rows.append(dict(run=label, variant=name, **score(df)))
             print(rows[-1], flush=True)
+    if len(runs) > 1:
+        moved = {name: spread_over_runs(dfs) for name, dfs in by_variant.items()}
+        for row in rows:
+            row.update(moved[row["variant"]])
     labels = list(replayed)
     for k, label in enumerate(labels if len(labels) > 1 else []):
         # The run before it (the first run: the one after), as two runs in a row compare.
@@ -189,11 +250,14 @@ def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
 
 
 def plot(df: pd.DataFrame, path):
-    """Spreads within 15% and cells with tau >= 0.8, per variant, one bar per run."""
+    """Spreads within 15% and cells with tau >= 0.8, per variant, one bar per run; with two
+    or more runs, how far each variant's predictions move between runs."""
     plt = common.matplotlib_agg()
     variants = list(dict.fromkeys(df.variant))
     runs = list(dict.fromkeys(df.run))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    moved = df.dropna(subset=["predicted_sd_over_runs"]) if "predicted_sd_over_runs" in df else None
+    fig, axes = plt.subplots(1, 3 if moved is not None and len(moved) else 2,
+                             figsize=(16 if moved is not None and len(moved) else 11, 3.8))
     width = 0.8 / max(len(runs), 1)
     for ax, (col, of, title) in zip(axes, [("spreads_within_15", "spreads", "spreads within 15%"),
                                            ("cells_tau_08", "cells", "cells with tau >= 0.8")]):
@@ -206,6 +270,16 @@ def plot(df: pd.DataFrame, path):
         ax.axhline(0.8, color="grey", lw=0.8, ls="--")
         ax.set_title(title)
     axes[0].legend(fontsize=8)
+    if len(axes) == 3:
+        per_variant = moved.groupby("variant", sort=False).first()
+        axes[2].bar(np.arange(len(per_variant)), per_variant.predicted_sd_over_runs, 0.6,
+                    color="tab:grey", label="predicted")
+        axes[2].axhline(per_variant.measured_sd_over_runs.iloc[0], color="tab:red", lw=1.2,
+                        label="measured")
+        axes[2].set_xticks(np.arange(len(per_variant)))
+        axes[2].set_xticklabels(per_variant.index, rotation=20, ha="right")
+        axes[2].set_title("a spread's speed-up, run to run (sd of log)")
+        axes[2].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -218,7 +292,9 @@ WHAT = ("Each run's saved placements replayed by `place()`'s simulator with one 
         "`spreads_predicted_over_measured`, their median ratio; `cells_tau_08` of `cells` with "
         "Kendall's tau of at least 0.8. `remeasured`: the measured speed-ups of the run before "
         "(for the first run, the one after) as the prediction, over the placements both runs "
-        "made alike.")
+        "made alike. With two or more runs, `predicted_sd_over_runs` and `measured_sd_over_runs`: "
+        "over the `spreads_in_every_run` that every run made alike, the median standard "
+        "deviation over the runs of the log of the predicted and of the measured speed-up.")
 
 
 def main(argv=None):

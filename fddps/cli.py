@@ -31,6 +31,7 @@ BENCHMARKS = {
     "real-cluster": "experiments.real_cluster",
     "real-cluster-whatif": "experiments.real_cluster_whatif",
     "comm-reference-bias": "experiments.comm_reference_bias",
+    "link-fit-noise": "experiments.link_fit_noise",
     "model-table": "experiments.model_table",
     "costmodel-accuracy": "experiments.costmodel_accuracy",
     "cpu-preset": "experiments.cpu_preset",

@@ -281,12 +281,43 @@ def test_real_cluster_smoke(tmp_path, capsys):
     # (a quick run's fitted latency may be 0: the fit floors a negative intercept)
     assert lat[1][0] == lat[0][1] == fitted[0][1] and lat is not fitted
     scores = whatif.whatif({"a": cells, "b": cells}).set_index(["run", "variant"])
-    assert scores.loc[("a", "as_fitted")].to_dict() == whatif.score(again)
+    fitted = scores.loc[("a", "as_fitted")]
+    assert fitted[list(whatif.score(again))].to_dict() == whatif.score(again)
     # One cell is its own median: the same predictions.
-    assert scores.loc[("a", "run_median_latency")].to_dict() == scores.loc[("a", "as_fitted")].to_dict()
+    for name in ("run_median_latency", "run_median_link"):
+        assert scores.loc[("a", name)].to_dict() == fitted.to_dict()
     # The same run as the "other" one: every placement remeasured exactly.
     same = scores.loc[("a", "remeasured")]
     assert same.rows_within_15 == same.rows == 3 and same.cells_tau_08 == same.cells == 1
+
+
+def test_whatif_spread_over_runs_is_the_median_sd_of_log_speedups():
+    from experiments.real_cluster_whatif import run_median_link, spread_over_runs
+
+    def run(single, a, b):  # (measured, predicted) seconds of single and two spreads
+        return pd.DataFrame([dict(model="m", batch=8, algorithm=name, status="ok",
+                                  measured=t, predicted_executor=p, transfers=n)
+                             for name, (t, p), n in (("single", single, 0), ("a", a, 10),
+                                                     ("b", b, 20))])
+
+    out = spread_over_runs({"r1": run((1.0, 1.0), (0.5, 0.5), (2.0, 1.0)),
+                            "r2": run((1.0, 2.0), (0.5, 2.0), (2.0, 2.0)),
+                            "r3": run((1.0, 1.0), (0.5, 0.5), (3.0, 1.0))})
+    assert out["spreads_in_every_run"] == 2
+    # a: predicted 2, 1, 2 and measured 2, 2, 2; b: predicted 1, 1, 1 and measured 0.5, 0.5, 1/3.
+    assert out["predicted_sd_over_runs"] == pytest.approx(np.median(
+        [np.std(np.log([2, 1, 2]), ddof=1), 0.0]))
+    assert out["measured_sd_over_runs"] == pytest.approx(np.median(
+        [0.0, np.std(np.log([0.5, 0.5, 1 / 3]), ddof=1)]))
+    # The link's median over the cells, per direction, on every placement's clusters.
+    links = [fddps.Cluster.homogeneous(2, bandwidth=bw, latency=lat).with_transfer_cpu(cpu, 1e9)
+             for bw, lat, cpu in ((1e9, 1e-4, 1e-5), (2e9, 3e-4, 2e-5), (4e9, 2e-4, 6e-5))]
+    cells = [[dict(cluster=c, cpu_cluster=None)] for c in links]
+    run_median_link(cells)
+    for (e,) in cells:
+        assert e["cluster"].bandwidth[0, 1] == 2e9 and e["cluster"].latency[1, 0] == 2e-4
+        assert e["cluster"].transfer_cpu[0][0, 1] == 2e-5
+    assert links[0].bandwidth[0, 1] == 1e9  # the entries' clusters replaced, not changed
 
 
 def test_real_cluster_agreement_scores_speedups_as_ratios():
@@ -440,3 +471,24 @@ def test_comm_reference_bias_smoke(tmp_path):
     np.testing.assert_allclose(df.both_tasks_us, df.moved_both_us - df.reference_both_us)
     assert (df[["moved_us", "reference_us", "moved_both_us", "reference_both_us"]] > 0).all().all()
     assert "comm_bench.measure_transfers" in (tmp_path / "bias.md").read_text()
+
+
+def test_link_fit_noise_smoke(tmp_path):
+    """Two fits of two rounds each on two local_cluster workers, refitted on 1 and 2 rounds:
+    one row per rounds and direction, ranges over the fits, and the page."""
+    pytest.importorskip("tensorflow")
+    from experiments import link_fit_noise
+
+    df = link_fit_noise.main(["--fits", "2", "--repeats", "2", "--subsets", "1", "2",
+                              "--no-progress", "--out", str(tmp_path / "noise.csv")])
+    assert list(zip(df.n, df.direction)) == [(1, "task 0 -> task 1"), (1, "task 1 -> task 0"),
+                                             (2, "task 0 -> task 1"), (2, "task 1 -> task 0")]
+    assert (df.fits == 2).all() and (df.bandwidth_GBps > 0).all()
+    for p in link_fit_noise.PARAMETERS:
+        assert (df[f"{p}_range"].dropna() >= 0).all()
+    assert df.seconds_per_fit.iloc[2] == pytest.approx(2 * df.seconds_per_fit.iloc[0])
+    assert "first `n` rounds" in (tmp_path / "noise.md").read_text()
+    fits = pd.read_csv(tmp_path / "noise_fits.csv")
+    assert len(fits) == 2 * 2 * 2 and set(fits.n) == {1, 2}
+    with pytest.raises(SystemExit):
+        link_fit_noise.main(["--fits", "1"])
