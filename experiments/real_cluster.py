@@ -179,7 +179,7 @@ def _strategy(name, m, devices, fetches):
 
 
 def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeats=5, progress=True,
-                        transfer_cpu=False, concurrent=None):
+                        transfer_cpu=False, concurrent=None, link_history=None):
     """A cost model fitted on this machine: op times on worker 0, the link between the workers.
 
     Returns
@@ -191,6 +191,13 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
     that fits the per-transfer CPU cost; default
     :data:`~fddps.tf.comm_bench.CONCURRENT_SIZES` x
     :data:`~fddps.tf.comm_bench.CONCURRENT_COUNTS`.
+
+    ``link_history``: a folder shared by the cells of a run. This cell's transfer
+    measurements are added to the ones already there, and the link (and the
+    concurrent transfers' CPU cost) is fitted on all of them, so that the fit's rounds
+    are spread over the run instead of taken in one cell's minute (see
+    :func:`pooled_transfers`). ``facts["link_cells"]``: how many cells' measurements
+    the fit pooled.
     """
     import costmodel
     from fddps.tf import op_table
@@ -211,6 +218,10 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
     concurrent_sizes, concurrent_counts = concurrent or (CONCURRENT_SIZES, CONCURRENT_COUNTS)
     concurrent = measure_transfers(cluster.devices, concurrent_sizes, counts=concurrent_counts,
                                    repeats=repeats, target=cluster.target, progress=progress)
+    link_cells = 1
+    if link_history is not None:
+        transfers, concurrent, link_cells = pooled_transfers(link_history, transfers, concurrent,
+                                                             cluster.devices)
     cpu = fit_transfer_cpu(concurrent)
     t2 = time.perf_counter()
     # With the CPU cost of concurrent transfers in the model (transfer_cpu=True), FD-DPS
@@ -227,11 +238,63 @@ def profiled_cost_model(model, cluster, *, steps=5, warmup=2, sizes=None, repeat
                  profile_gap_seconds=prof.dispatch_seconds,
                  link_latency=lat, link_bandwidth=bw, profile_seconds=t1 - t0,
                  placed_with_transfer_cpu=cm.transfer_cpu(*cluster.devices[:2]) is not None,
-                 comm_bench_seconds=t2 - t1,
+                 comm_bench_seconds=t2 - t1, link_cells=link_cells,
                  # One figure for both directions: the worse (slower) of the two.
                  cpu_transfer_latency=float(cpu.cpu_latency.max()),
                  cpu_transfer_bandwidth=float(cpu.cpu_bandwidth.min()))
     return cm, facts
+
+
+def pooled_transfers(folder, transfers, concurrent, devices):
+    """This cell's transfer measurements added to ``folder``'s, and all of them returned.
+
+    A link fitted on one cell's 5 rounds moves with the minute it is taken in:
+    over nine cells of three runs the fitted task 0 -> 1 latency ranged from 291
+    to 669 us and the bandwidth from 0.58 to 1.26 GB/s, while the same
+    placements' measured speed-ups moved by 6% (docs: "The same cells in three
+    fresh clusters"). The rows are kept in ``folder/transfers.csv`` and
+    ``folder/concurrent.csv`` with a ``cell`` column; devices are renamed by
+    their index in ``devices`` (every cell's cluster has the same two tasks).
+
+    Parameters
+    ----------
+    folder : str or Path
+        Created if missing.
+    transfers, concurrent : pandas.DataFrame
+        :func:`~fddps.tf.comm_bench.measure_transfers`'s rows, one at a time
+        and concurrent.
+    devices : sequence of str
+        This cell's devices, in task order.
+
+    Returns
+    -------
+    (pandas.DataFrame, pandas.DataFrame, int)
+        All cells' one-at-a-time and concurrent rows (in this cell's device
+        names) and the number of cells.
+
+    Raises
+    ------
+    SystemExit
+        If the folder's rows name devices this cell does not have.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {d: k for k, d in enumerate(devices)}
+    out = []
+    for name, rows in (("transfers", transfers), ("concurrent", concurrent)):
+        path = folder / f"{name}.csv"
+        earlier = pd.read_csv(path) if path.exists() else pd.DataFrame()
+        cell = int(earlier["cell"].max()) + 1 if len(earlier) else 0
+        mine = rows.assign(cell=cell, src=rows.src.map(index), dst=rows.dst.map(index))
+        both = pd.concat([earlier, mine], ignore_index=True)
+        if not both[["src", "dst"]].isin(range(len(devices))).all().all():
+            raise SystemExit(f"{path} names devices this cluster does not have: "
+                             f"{sorted(set(both.src) | set(both.dst))} for {list(devices)}")
+        both.to_csv(path, index=False)
+        both = both.assign(src=both.src.map(dict(enumerate(devices))),
+                           dst=both.dst.map(dict(enumerate(devices))))
+        out.append(both)
+    return out[0], out[1], int(out[0]["cell"].nunique())
 
 
 def analytic_cost_model():
@@ -360,7 +423,7 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
         warmup=3, profile=True, profile_steps=5, comm_sizes=None, comm_repeats=5,
         comm_concurrent=None, enforce_order="auto", progress=True, strategies=(),
         place_transfer_cpu=True, trace=False, save_schedules=None, verify=False,
-        verify_budget=None, verify_also=()):
+        verify_budget=None, verify_also=(), link_history=None):
     """Place and run every model with every algorithm on a fresh 2-worker local cluster.
 
     ``algorithms`` are :func:`fddps.place` algorithms (placements and the
@@ -379,6 +442,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
     timed), ``verify_seconds``, ``verify_finalists`` and ``verify_measured`` (the
     verification's own median of the returned finalist); the row's ``predicted`` and
     ``measured`` are then the returned placement's. Without it ``verified`` is "".
+    ``link_history``: a folder whose transfer measurements every cell adds to and
+    fits its link on (:func:`pooled_transfers`).
     ``verify_also``: algorithms placed a second time with verification, in rows named
     ``<algorithm>+verify`` (so one run has both what the model proposes and what
     verification returns).
@@ -418,7 +483,8 @@ def run(models=DEFAULT_MODELS, algorithms=("single",) + DEFAULT_ALGORITHMS, *, b
                 cm, facts = profiled_cost_model(m, cluster, steps=profile_steps, sizes=comm_sizes,
                                                 repeats=comm_repeats, progress=False,
                                                 transfer_cpu=place_transfer_cpu,
-                                                concurrent=comm_concurrent)
+                                                concurrent=comm_concurrent,
+                                                link_history=link_history)
             else:
                 cm, facts = analytic_cost_model()
             # The same placements predicted with the per-transfer CPU cost fitted on
@@ -808,6 +874,10 @@ def main(argv=None):
                              "these earlier runs' CSVs; writes how far their measured "
                              "speed-ups moved between the runs (run_to_run) to "
                              "<out>_run_to_run.csv and .md")
+    parser.add_argument("--link-history", default=None, metavar="FOLDER",
+                        help="add each cell's transfer measurements to FOLDER's and fit the "
+                             "link on all of them (give every run of a benchmark the same "
+                             "FOLDER): a link fit spread over the run")
     parser.add_argument("--half-transfer-cpu", action="store_true",
                         help="place with T / 2 of CPU per end of each transfer instead of the "
                              "CPU cost fitted on concurrent transfers (reported beside, in "
@@ -852,7 +922,8 @@ def main(argv=None):
              progress=not args.no_progress, strategies=args.strategies,
              place_transfer_cpu=not args.half_transfer_cpu, trace=args.trace,
              save_schedules=args.save_schedules, verify=args.verify,
-             verify_budget=args.verify_budget, verify_also=args.verify_also)
+             verify_budget=args.verify_budget, verify_also=args.verify_also,
+             link_history=args.link_history)
     wall = time.perf_counter() - t0
     first = df.iloc[0]
     print(f"Real cluster: 2 tf.distribute.Server workers on 127.0.0.1, 1 thread each, started in "

@@ -196,8 +196,13 @@ def test_real_cluster_smoke(tmp_path, capsys):
     df = real_cluster.main(["--models", "vgg16", "--quick", "--algorithms", "fddps:improve=False",
                             "--strategies", "data_parallel", "head_data_parallel", "--trace",
                             "--save-schedules", str(tmp_path / "rc.pkl.gz"),
+                            "--link-history", str(tmp_path / "links"),
                             "--no-progress", "--out", str(tmp_path / "rc.csv")])
     text = capsys.readouterr().out
+    # --link-history: the cell's transfers kept, the link fitted on them (the first cell: alone).
+    assert (df.link_cells == 1).all()
+    kept = pd.read_csv(tmp_path / "links" / "transfers.csv")
+    assert set(kept.cell) == {0} and set(kept.src) | set(kept.dst) == {0, 1}
     assert (tmp_path / "rc.png").stat().st_size > 0
     assert list(df.algorithm) == ["single", "fddps:improve=False", "strategy:data_parallel",
                                   "strategy:head_data_parallel"]
@@ -318,6 +323,24 @@ def test_whatif_spread_over_runs_is_the_median_sd_of_log_speedups():
         assert e["cluster"].bandwidth[0, 1] == 2e9 and e["cluster"].latency[1, 0] == 2e-4
         assert e["cluster"].transfer_cpu[0][0, 1] == 2e-5
     assert links[0].bandwidth[0, 1] == 1e9  # the entries' clusters replaced, not changed
+
+
+def test_real_cluster_pools_the_link_measurements_of_a_runs_cells(tmp_path):
+    from experiments.real_cluster import pooled_transfers
+
+    def rows(devices, seconds, count=1):
+        return pd.DataFrame([dict(src=devices[a], dst=devices[1 - a], bytes=b, count=count,
+                                  repeat=0, seconds=seconds) for a in (0, 1) for b in (4, 1024)])
+
+    first, second = ["/job:w/task:0/cpu:0", "/job:w/task:1/cpu:0"], ["/job:x/task:0", "/job:x/task:1"]
+    one, many, cells = pooled_transfers(tmp_path, rows(first, 1.0), rows(first, 5.0, 8), first)
+    assert cells == 1 and one.equals(rows(first, 1.0).assign(cell=0)[one.columns])
+    one, many, cells = pooled_transfers(tmp_path, rows(second, 2.0), rows(second, 6.0, 8), second)
+    # Both cells' rows, in the second cell's device names.
+    assert cells == 2 and list(one.seconds) == [1.0] * 4 + [2.0] * 4
+    assert set(one.src) == set(second) and list(many.cell) == [0] * 4 + [1] * 4
+    with pytest.raises(SystemExit, match="devices this cluster does not have"):
+        pooled_transfers(tmp_path, rows(second, 2.0), rows(second, 6.0, 8), second[:1])
 
 
 def test_real_cluster_agreement_scores_speedups_as_ratios():
