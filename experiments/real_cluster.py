@@ -877,7 +877,9 @@ def main(argv=None):
     parser.add_argument("--link-history", default=None, metavar="FOLDER",
                         help="add each cell's transfer measurements to FOLDER's and fit the "
                              "link on all of them (give every run of a benchmark the same "
-                             "FOLDER): a link fit spread over the run")
+                             "FOLDER): a link fit spread over the run. Measured worse than "
+                             "each cell's own fit on a machine that drifts (docs: the same "
+                             "cells in three fresh clusters), so off by default")
     parser.add_argument("--half-transfer-cpu", action="store_true",
                         help="place with T / 2 of CPU per end of each transfer instead of the "
                              "CPU cost fitted on concurrent transfers (reported beside, in "

@@ -18,6 +18,9 @@ different" against the very steps measured. The variants
   fitting it once per cell;
 - ``run_median_link``: the same for the whole link fit, per direction:
   latency, bandwidth and the per-transfer CPU cost of concurrent transfers;
+- ``cell_link`` (runs made with ``real_cluster --link-history``, which fits
+  each cell's link on the measurements of every cell so far): each cell's
+  link fitted on its own measurements alone;
 - ``profile_matched``: each cell's op times scaled so that the one-worker
   prediction equals the one-worker measurement: a profile taken in the same
   minutes as the measured steps (an oracle no run can have);
@@ -95,6 +98,31 @@ def run_median_link(cells):
         for e in cell:
             for k in _clusters(e):
                 e[k] = e[k].replace(**{name: copy.deepcopy(v) for name, v in link.items()})
+
+
+def cell_link(cells, folder):
+    """Each cell's link fitted on that cell's own measurements alone, for runs made with
+    ``real_cluster --link-history FOLDER`` (which placed them with the link fitted on every
+    cell's so far): cell ``k`` of the folder is the one whose rows say ``link_cells = k + 1``."""
+    from fddps.tf.comm_bench import fit_links, fit_transfer_cpu
+
+    one = pd.read_csv(Path(folder) / "transfers.csv")
+    many = pd.read_csv(Path(folder) / "concurrent.csv")
+    for cell in cells:
+        k = int(cell[0]["row"]["link_cells"]) - 1
+        links = fit_links(one[one.cell == k]).links_
+        cpu = fit_transfer_cpu(many[many.cell == k])
+        n = len(cell[0]["cluster"].devices)
+        latency, bandwidth = np.zeros((n, n)), np.full((n, n), np.inf)
+        cpu_latency, cpu_bandwidth = np.zeros((n, n)), np.full((n, n), np.inf)
+        for r in links.itertuples():
+            latency[r.src, r.dst], bandwidth[r.src, r.dst] = r.latency, r.bandwidth
+        for r in cpu.itertuples():
+            cpu_latency[r.src, r.dst], cpu_bandwidth[r.src, r.dst] = r.cpu_latency, r.cpu_bandwidth
+        for e in cell:
+            for c in _clusters(e):
+                e[c] = e[c].replace(latency=latency.copy(), bandwidth=bandwidth.copy(),
+                                    transfer_cpu=(cpu_latency.copy(), cpu_bandwidth.copy()))
 
 
 def profile_matched(cells):
@@ -202,7 +230,7 @@ def spread_over_runs(dfs: dict) -> dict:
     return out
 
 
-def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
+def whatif(runs: dict, variants=tuple(VARIANTS), link_history=None) -> pd.DataFrame:
     """Score every variant on every run.
 
     Parameters
@@ -210,7 +238,9 @@ def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
     runs : dict
         Run label -> its cells (:func:`load_run`).
     variants : sequence of str
-        Names in :data:`VARIANTS`.
+        Names in :data:`VARIANTS`, or ``cell_link`` (:func:`cell_link`; needs ``link_history``).
+    link_history : str or Path, optional
+        The runs' ``real_cluster --link-history`` folder.
 
     Returns
     -------
@@ -220,16 +250,20 @@ def whatif(runs: dict, variants=tuple(VARIANTS)) -> pd.DataFrame:
         ``run``, ``variant`` and :func:`score`'s columns; with two or more runs,
         :func:`spread_over_runs`'s columns per variant.
     """
-    unknown = [name for name in variants if name not in VARIANTS]
+    known = dict(VARIANTS)
+    if link_history is not None:
+        known["cell_link"] = lambda cells: cell_link(cells, link_history)
+    unknown = [name for name in variants if name not in known]
     if unknown:
-        raise SystemExit(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
+        raise SystemExit(f"unknown variant(s) {unknown}; choose from {sorted(known)}"
+                         + ("" if link_history else " (cell_link needs --link-history)"))
     rows, replayed, by_variant = [], {}, {name: {} for name in variants}
     for label, cells in runs.items():
         for name in variants:
             # A variant replaces an entry's graph or clusters, never changes them in place:
             # copies of the entries keep the run as loaded for the next variant.
             changed = [[dict(entry) for entry in cell] for cell in cells]
-            VARIANTS[name](changed)
+            known[name](changed)
             df = pd.concat([rc.replay(cell) for cell in changed], ignore_index=True)
             if name == "as_fitted":
                 replayed[label] = df
@@ -303,14 +337,21 @@ def main(argv=None):
                         help="one glob per run, of its --save-schedules files (quote it)")
     parser.add_argument("--labels", nargs="+", default=None,
                         help="a label per run (default: the glob's folder)")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=None,
+                        choices=list(VARIANTS) + ["cell_link"],
+                        help="default: all; with --link-history, cell_link too")
+    parser.add_argument("--link-history", default=None, metavar="FOLDER",
+                        help="the runs' real_cluster --link-history folder: adds cell_link "
+                             "(each cell's link fitted on its own measurements)")
     parser.add_argument("--out", default=str(common.RESULTS / "real_cluster_whatif.csv"))
     args = parser.parse_args(argv)
     labels = args.labels or [Path(p).parent.name or p for p in args.runs]
     if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
         parser.error("--labels needs one distinct label per run")
     common.tf_quiet()
-    df = whatif({label: load_run(p) for label, p in zip(labels, args.runs)}, args.variants)
+    variants = args.variants or list(VARIANTS) + (["cell_link"] if args.link_history else [])
+    df = whatif({label: load_run(p) for label, p in zip(labels, args.runs)}, variants,
+                link_history=args.link_history)
     out = common.save_csv_and_plot(df, args.out, plot)
     command = "python -m experiments.real_cluster_whatif " + shlex.join(
         sys.argv[1:] if argv is None else argv)

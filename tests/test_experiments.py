@@ -291,6 +291,12 @@ def test_real_cluster_smoke(tmp_path, capsys):
     # One cell is its own median: the same predictions.
     for name in ("run_median_latency", "run_median_link"):
         assert scores.loc[("a", name)].to_dict() == fitted.to_dict()
+    # One cell's link history is that cell's own measurements: cell_link changes nothing.
+    own = whatif.whatif({"a": cells}, ("as_fitted", "cell_link"),
+                        link_history=tmp_path / "links").set_index("variant")
+    assert own.loc["cell_link"].to_dict() == own.loc["as_fitted"].to_dict()
+    with pytest.raises(SystemExit, match="cell_link needs --link-history"):
+        whatif.whatif({"a": cells}, ("cell_link",))
     # The same run as the "other" one: every placement remeasured exactly.
     same = scores.loc[("a", "remeasured")]
     assert same.rows_within_15 == same.rows == 3 and same.cells_tau_08 == same.cells == 1
