@@ -312,6 +312,8 @@ def plot(df: pd.DataFrame, path):
                         label="measured")
         axes[2].set_xticks(np.arange(len(per_variant)))
         axes[2].set_xticklabels(per_variant.index, rotation=20, ha="right")
+        axes[2].set_ylim(0, 1.25 * max(per_variant.predicted_sd_over_runs.max(),
+                                       per_variant.measured_sd_over_runs.iloc[0]))
         axes[2].set_title("a spread's speed-up, run to run (sd of log)")
         axes[2].legend(fontsize=8)
     fig.tight_layout()
