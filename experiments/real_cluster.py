@@ -255,6 +255,9 @@ def pooled_transfers(folder, transfers, concurrent, devices):
     fresh clusters"). The rows are kept in ``folder/transfers.csv`` and
     ``folder/concurrent.csv`` with a ``cell`` column; devices are renamed by
     their index in ``devices`` (every cell's cluster has the same two tasks).
+    Measured (docs: "A link fit pooled over the run"): on a machine that slowed
+    during the run, the pooled fit lagged it and each cell's own fit did better,
+    so this is off by default.
 
     Parameters
     ----------
