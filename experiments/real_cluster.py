@@ -731,6 +731,11 @@ def measured_speedups(df: pd.DataFrame) -> pd.DataFrame:
                                       "transfers"])
 
 
+#: The columns that say two runs' rows are the same placement: a strategy, or an algorithm
+#: that placed alike (the same number of transfers between the workers).
+SAME_PLACEMENT = ["model", "batch", "algorithm", "transfers"]
+
+
 def run_to_run(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     """The same placements measured in two runs: how far their measured speed-ups moved.
 
@@ -755,7 +760,7 @@ def run_to_run(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
         ``predicted_second`` (each run's cost model was profiled in that run).
     """
     a, b = measured_speedups(first), measured_speedups(second)
-    both = a.merge(b, on=["model", "batch", "algorithm", "transfers"],
+    both = a.merge(b, on=SAME_PLACEMENT,
                    suffixes=("_first", "_second"))
     both = both[both.transfers > 0].reset_index(drop=True)
     both["moved"] = both.measured_second / both.measured_first

@@ -63,41 +63,44 @@ def _clusters(entry):
     return [k for k in ("cluster", "cpu_cluster") if entry.get(k) is not None]
 
 
-def _set_latency(entry, latency_of):
+def _set_link(entry, **link):
+    """Every cluster of ``entry`` with the given link fields replaced (``Cluster`` copies them)."""
     for k in _clusters(entry):
-        c = entry[k]
-        entry[k] = c.replace(latency=latency_of(np.array(c.latency, dtype=np.float64)))
+        entry[k] = entry[k].replace(**link)
+
+
+def _run_median(cells, fields):
+    """Each cell's link ``fields`` (of ``latency``, ``bandwidth``, ``transfer_cpu``), per
+    direction, set to the median over the cells."""
+    # Every placement of a cell was predicted on that cell's one fitted link.
+    fitted = [cell[0]["cluster"] for cell in cells if cell and cell[0].get("cluster") is not None]
+    if not fitted:
+        return
+
+    def median(arrays):
+        return np.median(np.asarray(arrays, dtype=np.float64), axis=0)
+
+    link = {}
+    for name in fields:
+        values = [getattr(c, name) for c in fitted]
+        if name != "transfer_cpu":
+            link[name] = median(values)
+        elif all(v is not None for v in values):
+            link[name] = (median([v[0] for v in values]), median([v[1] for v in values]))
+    for cell in cells:
+        for e in cell:
+            _set_link(e, **link)
 
 
 def run_median_latency(cells):
     """Each cell's link latencies, per direction, set to the median over the cells."""
-    # Every placement of a cell was predicted on that cell's one fitted link.
-    lats = [np.array(cell[0]["cluster"].latency, dtype=np.float64)
-            for cell in cells if cell and cell[0].get("cluster") is not None]
-    median = np.median(lats, axis=0)
-    for cell in cells:
-        for e in cell:
-            _set_latency(e, lambda lat: median.copy())
+    _run_median(cells, ("latency",))
 
 
 def run_median_link(cells):
     """Each cell's whole link fit, per direction, set to the median over the cells: latency,
     bandwidth and the per-transfer CPU cost of concurrent transfers."""
-    fitted = [cell[0]["cluster"] for cell in cells if cell and cell[0].get("cluster") is not None]
-    if not fitted:
-        return
-
-    def median(of):
-        return np.median([np.array(of(c), dtype=np.float64) for c in fitted], axis=0)
-
-    link = dict(latency=median(lambda c: c.latency), bandwidth=median(lambda c: c.bandwidth))
-    if all(c.transfer_cpu is not None for c in fitted):
-        link["transfer_cpu"] = (median(lambda c: c.transfer_cpu[0]),
-                                median(lambda c: c.transfer_cpu[1]))
-    for cell in cells:
-        for e in cell:
-            for k in _clusters(e):
-                e[k] = e[k].replace(**{name: copy.deepcopy(v) for name, v in link.items()})
+    _run_median(cells, ("latency", "bandwidth", "transfer_cpu"))
 
 
 def cell_link(cells, folder):
@@ -120,9 +123,8 @@ def cell_link(cells, folder):
         for r in cpu.itertuples():
             cpu_latency[r.src, r.dst], cpu_bandwidth[r.src, r.dst] = r.cpu_latency, r.cpu_bandwidth
         for e in cell:
-            for c in _clusters(e):
-                e[c] = e[c].replace(latency=latency.copy(), bandwidth=bandwidth.copy(),
-                                    transfer_cpu=(cpu_latency.copy(), cpu_bandwidth.copy()))
+            _set_link(e, latency=latency, bandwidth=bandwidth,
+                      transfer_cpu=(cpu_latency, cpu_bandwidth))
 
 
 def profile_matched(cells):
@@ -140,13 +142,12 @@ def profile_matched(cells):
 
 def symmetric_latency(cells):
     """The latency from task 1 to task 0 set to the one from task 0 to task 1."""
-    def mirrored(lat):
-        lat[1, 0] = lat[0, 1]
-        return lat
-
     for cell in cells:
         for e in cell:
-            _set_latency(e, mirrored)
+            for k in _clusters(e):
+                latency = np.array(e[k].latency, dtype=np.float64)
+                latency[1, 0] = latency[0, 1]
+                e[k] = e[k].replace(latency=latency)
 
 
 #: Variant name -> what it changes in a run's cells (each a list of saved entries): it
@@ -183,8 +184,7 @@ def score(df: pd.DataFrame) -> dict:
 def remeasured(df: pd.DataFrame, other: pd.DataFrame) -> dict:
     """The other run's measured speed-ups scored as the prediction of this run's, over the
     placements both made alike (same transfers; the one-worker rows and ``single`` too)."""
-    both = rc.measured_speedups(df).merge(rc.measured_speedups(other),
-                                          on=["model", "batch", "algorithm", "transfers"],
+    both = rc.measured_speedups(df).merge(rc.measured_speedups(other), on=rc.SAME_PLACEMENT,
                                           suffixes=("", "_other"))
     close = (both.measured_other / both.measured - 1).abs() <= 0.15
     spreads = both.transfers > 0
@@ -215,13 +215,12 @@ def spread_over_runs(dfs: dict) -> dict:
     dict
         The two figures, and ``spreads_in_every_run``.
     """
-    keys = ["model", "batch", "algorithm", "transfers"]
     both = None
     for k, df in enumerate(dfs.values()):
         s = rc.measured_speedups(df)
-        s = s[s.transfers > 0][keys + ["predicted", "measured"]].rename(
+        s = s[s.transfers > 0][rc.SAME_PLACEMENT + ["predicted", "measured"]].rename(
             columns={"predicted": f"predicted_{k}", "measured": f"measured_{k}"})
-        both = s if both is None else both.merge(s, on=keys)
+        both = s if both is None else both.merge(s, on=rc.SAME_PLACEMENT)
     out = dict(spreads_in_every_run=len(both))
     for what in ("predicted", "measured"):
         logs = np.log(both[[f"{what}_{k}" for k in range(len(dfs))]].to_numpy(dtype=np.float64))
@@ -257,7 +256,7 @@ def whatif(runs: dict, variants=tuple(VARIANTS), link_history=None) -> pd.DataFr
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; choose from {sorted(known)}"
                          + ("" if link_history else " (cell_link needs --link-history)"))
-    rows, replayed, by_variant = [], {}, {name: {} for name in variants}
+    rows, by_variant = [], {name: {} for name in variants}
     for label, cells in runs.items():
         for name in variants:
             # A variant replaces an entry's graph or clusters, never changes them in place:
@@ -265,8 +264,6 @@ def whatif(runs: dict, variants=tuple(VARIANTS), link_history=None) -> pd.DataFr
             changed = [[dict(entry) for entry in cell] for cell in cells]
             known[name](changed)
             df = pd.concat([rc.replay(cell) for cell in changed], ignore_index=True)
-            if name == "as_fitted":
-                replayed[label] = df
             by_variant[name][label] = df
             rows.append(dict(run=label, variant=name, **score(df)))
             print(rows[-1], flush=True)
@@ -274,6 +271,7 @@ def whatif(runs: dict, variants=tuple(VARIANTS), link_history=None) -> pd.DataFr
         moved = {name: spread_over_runs(dfs) for name, dfs in by_variant.items()}
         for row in rows:
             row.update(moved[row["variant"]])
+    replayed = by_variant.get("as_fitted", {})
     labels = list(replayed)
     for k, label in enumerate(labels if len(labels) > 1 else []):
         # The run before it (the first run: the one after), as two runs in a row compare.
@@ -289,9 +287,9 @@ def plot(df: pd.DataFrame, path):
     plt = common.matplotlib_agg()
     variants = list(dict.fromkeys(df.variant))
     runs = list(dict.fromkeys(df.run))
-    moved = df.dropna(subset=["predicted_sd_over_runs"]) if "predicted_sd_over_runs" in df else None
-    fig, axes = plt.subplots(1, 3 if moved is not None and len(moved) else 2,
-                             figsize=(16 if moved is not None and len(moved) else 11, 3.8))
+    moved = (df.dropna(subset=["predicted_sd_over_runs"]) if "predicted_sd_over_runs" in df
+             else df.iloc[:0])
+    fig, axes = plt.subplots(1, 3 if len(moved) else 2, figsize=(16 if len(moved) else 11, 3.8))
     width = 0.8 / max(len(runs), 1)
     for ax, (col, of, title) in zip(axes, [("spreads_within_15", "spreads", "spreads within 15%"),
                                            ("cells_tau_08", "cells", "cells with tau >= 0.8")]):
