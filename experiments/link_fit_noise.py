@@ -103,11 +103,14 @@ def spread(fitted: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
     """Per ``n`` and direction: each parameter's median over the fits and its relative range
     ((max - min) / median), and the seconds one fit of ``n`` rounds takes (the measured fit's
     time scaled by its rounds)."""
+    from costmodel.devices import parse_device
+
     rounds = int(raw.repeat.max()) + 1
     seconds = float(raw.groupby("fit").fit_seconds.first().median())
     out = []
     for (n, src, dst), g in fitted.groupby(["n", "src", "dst"], sort=True):
-        row = dict(n=int(n), direction=f"{_task(src)} -> {_task(dst)}", fits=len(g))
+        tasks = [parse_device(d).task for d in (src, dst)]
+        row = dict(n=int(n), direction="task {} -> task {}".format(*tasks), fits=len(g))
         for p in PARAMETERS:
             med = float(g[p].median())
             row[p] = med
@@ -115,10 +118,6 @@ def spread(fitted: pd.DataFrame, raw: pd.DataFrame) -> pd.DataFrame:
         row["seconds_per_fit"] = seconds * n / rounds
         out.append(row)
     return pd.DataFrame(out)
-
-
-def _task(device: str) -> str:
-    return "task " + device.split("task:")[1].split("/")[0] if "task:" in device else device
 
 
 WHAT = ("One 2-worker `local_cluster`; each fit measures both directions as "
